@@ -1,0 +1,77 @@
+"""Small typed readers for settings taken from the environment.
+
+Each one rejects a malformed value with an error that names the variable, so a typo in a
+deployment fails at start-up instead of silently falling back to a default.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+
+class EnvError(ValueError):
+    pass
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_str(name: str, default: str = "") -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise EnvError(f"{name} must be one of 1/0, true/false, yes/no, on/off; got {raw!r}")
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise EnvError(f"{name} must be an integer; got {raw!r}") from exc
+    if minimum is not None and value < minimum:
+        raise EnvError(f"{name} must be at least {minimum}; got {value}")
+    return value
+
+
+def env_list(name: str, default: list[str] | None = None) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None:
+        return list(default or [])
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def secret_from_file(name: str, path: Path, generate) -> str:
+    """The variable's value, else the content of `path`, generated there on first use.
+
+    Lets a fresh checkout run without any configuration while keeping the secret out of
+    the repository (`var/` is ignored by git).
+    """
+    value = os.environ.get(name)
+    if value:
+        return value
+    if path.exists():
+        return path.read_text().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    value = generate()
+    path.write_text(value + "\n")
+    path.chmod(0o600)
+    return value
+
+
+def generate_django_secret() -> str:
+    return secrets.token_urlsafe(50)

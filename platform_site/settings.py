@@ -1,0 +1,161 @@
+"""Sandhub settings: everything that differs between deployments comes from the environment.
+
+See the README's table of environment variables.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+from cryptography.fernet import Fernet
+
+from platform_site.env import (
+    EnvError,
+    env_bool,
+    env_int,
+    env_list,
+    env_str,
+    generate_django_secret,
+    secret_from_file,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("SANDHUB_VAR_DIR", str(BASE_DIR / "var")))
+
+SECRET_KEY = secret_from_file("SECRET_KEY", VAR_DIR / "secret_key", generate_django_secret)
+DEBUG = env_bool("DEBUG", False)
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+# Fernet keys for credentials at rest: the first encrypts, every one decrypts, so a key is
+# rotated by putting the new one first and re-saving (manage.py rotate_credentials).
+CREDENTIAL_KEYS = env_list("SANDHUB_CREDENTIAL_KEYS") or [
+    secret_from_file(
+        "SANDHUB_CREDENTIAL_KEY",
+        VAR_DIR / "credential_key",
+        lambda: Fernet.generate_key().decode(),
+    )
+]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_htmx",
+    "django_q",
+    "tenants",
+    "hosts",
+    "sandboxes",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "platform_site.urls"
+WSGI_APPLICATION = "platform_site.wsgi.application"
+ASGI_APPLICATION = "platform_site.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+
+def _database() -> dict:
+    url = env_str("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'sandhub.sqlite3'}"
+    try:
+        config = dj_database_url.parse(url, conn_max_age=env_int("DB_CONN_MAX_AGE", 0, minimum=0))
+    except ValueError as exc:
+        raise EnvError(f"DATABASE_URL is not a database URL: {exc}") from exc
+    if config["ENGINE"] == "django.db.backends.sqlite3":
+        # The worker and the web process share the file: wait for locks instead of failing.
+        config["OPTIONS"] = {"timeout": 20, "transaction_mode": "IMMEDIATE"}
+    return config
+
+
+DATABASES = {"default": _database()}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+LOGIN_URL = "/admin/login/"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+}
+
+# django-q2 with the ORM broker: no extra service to run. It reads this once at import.
+Q_CLUSTER = {
+    "name": "sandhub",
+    "orm": "default",
+    "workers": env_int("SANDHUB_WORKERS", 2, minimum=1),
+    "timeout": env_int("SANDHUB_TASK_TIMEOUT", 3600, minimum=10),
+    "retry": env_int("SANDHUB_TASK_TIMEOUT", 3600, minimum=10) + 60,
+    "max_attempts": 1,
+    "catch_up": False,
+    "label": "Tasks",
+}
+
+REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Sandhub API",
+    "DESCRIPTION": "Sandboxes for AI coding agents: create, run, move files, clean up.",
+    "VERSION": "1",
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# --- Sandhub itself -------------------------------------------------------------------------
+# Backend class per Host.kind, by dotted path, the way Django picks cache and mail backends.
+SANDHUB_BACKENDS = {
+    "docker": "hosts.backends.docker.DockerBackend",
+}
+SANDHUB_SANDBOX_IMAGE = env_str("SANDHUB_SANDBOX_IMAGE", "sandhub/sandbox:latest")
+SANDHUB_DOCKER_URL = env_str("SANDHUB_DOCKER_URL", "unix:///var/run/docker.sock")
+# Per-stream output kept for a command (head and tail); callers may ask for less, never more.
+SANDHUB_OUTPUT_CAP_BYTES = env_int("SANDHUB_OUTPUT_CAP_BYTES", 1024 * 1024, minimum=1024)
+SANDHUB_DEFAULT_TIMEOUT_SECONDS = env_int("SANDHUB_DEFAULT_TIMEOUT_SECONDS", 60, minimum=1)
+SANDHUB_MAX_TIMEOUT_SECONDS = env_int("SANDHUB_MAX_TIMEOUT_SECONDS", 3600, minimum=1)
+SANDHUB_MAX_TRANSFER_BYTES = env_int("SANDHUB_MAX_TRANSFER_BYTES", 100 * 1024 * 1024, minimum=1024)

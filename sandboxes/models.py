@@ -1,0 +1,160 @@
+"""The product: sandboxes and the history of every command run in them."""
+
+from __future__ import annotations
+
+import secrets
+import string
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from hosts.models import Host, Image
+from tenants.models import Channel, Team
+
+_ID_ALPHABET = string.ascii_lowercase + string.digits
+
+
+def new_sandbox_id() -> str:
+    return "sb_" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(12))
+
+
+class InvalidTransition(Exception):
+    pass
+
+
+class SandboxStatus(models.TextChoices):
+    PENDING = "pending"
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    DELETED = "deleted"
+    ERROR = "error"
+    LOST = "lost"
+
+
+S = SandboxStatus
+ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
+    S.PENDING: frozenset({S.STARTING, S.ERROR, S.DELETED}),
+    S.STARTING: frozenset({S.RUNNING, S.ERROR, S.STOPPING, S.LOST}),
+    S.RUNNING: frozenset({S.STOPPING, S.ERROR, S.LOST}),
+    S.STOPPING: frozenset({S.STOPPED, S.DELETED, S.ERROR}),
+    S.STOPPED: frozenset({S.STARTING, S.STOPPING, S.DELETED}),
+    S.ERROR: frozenset({S.STOPPING, S.DELETED}),
+    S.LOST: frozenset({S.STOPPING, S.DELETED}),
+    S.DELETED: frozenset(),
+}
+# Statuses that hold resources on a host and count against a team's quota.
+LIVE_STATUSES = frozenset({S.PENDING, S.STARTING, S.RUNNING, S.STOPPING})
+
+
+class SandboxQuerySet(models.QuerySet):
+    def visible(self):
+        return self.exclude(status=SandboxStatus.DELETED)
+
+    def live(self):
+        return self.filter(status__in=LIVE_STATUSES)
+
+
+class Sandbox(models.Model):
+    public_id = models.CharField(max_length=32, unique=True, default=new_sandbox_id, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="sandboxes")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="sandboxes"
+    )
+    host = models.ForeignKey(Host, null=True, on_delete=models.PROTECT, related_name="sandboxes")
+    image = models.ForeignKey(Image, on_delete=models.PROTECT)
+    name = models.CharField(max_length=100, blank=True)
+    status = models.CharField(
+        max_length=10, choices=SandboxStatus.choices, default=SandboxStatus.PENDING, db_index=True
+    )
+    status_message = models.TextField(blank=True)
+    cpus = models.FloatField()
+    memory_mb = models.PositiveIntegerField()
+    pids_limit = models.PositiveIntegerField()
+    env = models.JSONField(default=dict, blank=True)
+    network = models.BooleanField(default=False)
+    backend_state = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    last_activity_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    objects = SandboxQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["team", "status"], name="sandbox_team_status")]
+
+    def __str__(self) -> str:
+        return self.public_id
+
+    def transition(self, new_status: str, message: str = "") -> None:
+        """Move to new_status if the lifecycle allows it (the caller saves)."""
+        if new_status == self.status:
+            return
+        if new_status not in ALLOWED_TRANSITIONS[self.status]:
+            raise InvalidTransition(f"sandbox {self.public_id}: {self.status} -> {new_status}")
+        self.status = new_status
+        self.status_message = message
+        now = timezone.now()
+        if new_status == SandboxStatus.RUNNING:
+            self.started_at = now
+        elif new_status == SandboxStatus.DELETED:
+            self.deleted_at = now
+
+
+class CommandStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+    ERROR = "error"
+
+
+FINISHED_COMMAND_STATUSES = frozenset(
+    {
+        CommandStatus.SUCCEEDED,
+        CommandStatus.FAILED,
+        CommandStatus.TIMED_OUT,
+        CommandStatus.CANCELLED,
+        CommandStatus.ERROR,
+    }
+)
+
+
+class CommandExecution(models.Model):
+    sandbox = models.ForeignKey(Sandbox, on_delete=models.CASCADE, related_name="commands")
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
+    channel = models.CharField(max_length=10, choices=Channel.choices)
+    kind = models.CharField(max_length=20, default="command")  # command, python, pip, tests
+    command = models.TextField()
+    cwd = models.CharField(max_length=1000, default="/workspace")
+    timeout_seconds = models.FloatField(default=60)
+    status = models.CharField(
+        max_length=10, choices=CommandStatus.choices, default=CommandStatus.QUEUED, db_index=True
+    )
+    exit_code = models.IntegerField(null=True, blank=True)
+    stdout = models.TextField(blank=True)
+    stderr = models.TextField(blank=True)
+    stdout_truncated = models.BooleanField(default=False)
+    stderr_truncated = models.BooleanField(default=False)
+    stdout_bytes = models.BigIntegerField(default=0)
+    stderr_bytes = models.BigIntegerField(default=0)
+    error_message = models.TextField(blank=True)
+    background = models.BooleanField(default=False)
+    background_state = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    duration_seconds = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.sandbox_id}: {self.command[:60]}"

@@ -1,0 +1,32 @@
+"""The one helper that writes the audit log."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tenants.models import AuditLog
+
+if TYPE_CHECKING:
+    from tenants.principal import Principal
+
+
+def record(
+    principal: Principal,
+    action: str,
+    *,
+    target_type: str = "",
+    target_id: str = "",
+    outcome: str = "ok",
+    details: dict[str, Any] | None = None,
+) -> AuditLog:
+    return AuditLog.objects.create(
+        actor=principal.user if principal.user and principal.user.pk else None,
+        team=principal.team,
+        channel=principal.channel,
+        action=action,
+        target_type=target_type,
+        target_id=target_id,
+        source_address=principal.source_address,
+        outcome=outcome,
+        details=details or {},
+    )

@@ -1,0 +1,112 @@
+"""Identity and access: teams (the tenant, with quotas), memberships, the audit log."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import MinValueValidator
+from django.db import models
+
+
+class Role(models.TextChoices):
+    OWNER = "owner", "Owner"
+    ADMIN = "admin", "Admin"
+    MEMBER = "member", "Member"
+    VIEWER = "viewer", "Viewer"
+
+
+# Roles that may change things (create, run, write, delete); a viewer only reads.
+WRITE_ROLES = frozenset({Role.OWNER, Role.ADMIN, Role.MEMBER})
+
+
+class Channel(models.TextChoices):
+    WEB = "web", "Web"
+    API = "api", "REST API"
+    MCP = "mcp", "MCP"
+    ADMIN = "admin", "Admin"
+    SYSTEM = "system", "System"
+
+
+class Team(models.Model):
+    slug = models.SlugField(unique=True)
+    name = models.CharField(max_length=200)
+    max_running_sandboxes = models.PositiveIntegerField(default=5)
+    max_cpus_per_sandbox = models.FloatField(default=2.0, validators=[MinValueValidator(0.1)])
+    max_memory_mb_per_sandbox = models.PositiveIntegerField(
+        default=2048, validators=[MinValueValidator(16)]
+    )
+    default_lifetime_minutes = models.PositiveIntegerField(default=60)
+    max_lifetime_minutes = models.PositiveIntegerField(default=24 * 60)
+    idle_timeout_minutes = models.PositiveIntegerField(default=30)
+    allow_network = models.BooleanField(
+        default=False, help_text="Whether this team's sandboxes may reach the network."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Membership(models.Model):
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "team"], name="one_membership_per_team")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.team} ({self.role})"
+
+    @property
+    def can_write(self) -> bool:
+        return self.role in WRITE_ROLES
+
+
+class AuditLogQuerySet(models.QuerySet):
+    def update(self, **kwargs):  # noqa: ARG002 - append-only
+        raise PermissionError("the audit log is append-only")
+
+    def delete(self):
+        raise PermissionError("the audit log is append-only")
+
+
+class AuditLog(models.Model):
+    """One row per action on any channel. Written only by tenants.audit.record()."""
+
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.SET_NULL)
+    channel = models.CharField(max_length=10, choices=Channel.choices)
+    action = models.CharField(max_length=64)
+    target_type = models.CharField(max_length=64, blank=True)
+    target_id = models.CharField(max_length=64, blank=True)
+    source_address = models.GenericIPAddressField(null=True, blank=True)
+    outcome = models.CharField(max_length=16, default="ok")
+    details = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    objects = AuditLogQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["team", "created_at"], name="audit_team_time")]
+
+    def __str__(self) -> str:
+        return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.channel} {self.action}"
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            raise PermissionError("the audit log is append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise PermissionError("the audit log is append-only")

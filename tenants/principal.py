@@ -1,0 +1,33 @@
+"""Who is acting: user + team + channel, passed first to every service function."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tenants.models import Channel, Membership, Team
+
+
+@dataclass(frozen=True)
+class Principal:
+    user: Any  # django.contrib.auth user, or None for the system
+    team: Team | None
+    channel: str = Channel.WEB
+    source_address: str | None = None
+    # Scopes granted by the credential used (an API key); None means the user's full role.
+    scopes: frozenset[str] | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @classmethod
+    def system(cls, team: Team | None = None) -> Principal:
+        return cls(user=None, team=team, channel=Channel.SYSTEM)
+
+    @property
+    def is_system(self) -> bool:
+        return self.channel == Channel.SYSTEM and self.user is None
+
+    def membership(self) -> Membership | None:
+        """Read fresh on every call, so a lowered role or removed membership applies at once."""
+        if self.user is None or self.team is None:
+            return None
+        return Membership.objects.filter(user=self.user, team=self.team).first()
