@@ -134,7 +134,7 @@ class SandboxBackend(abc.ABC):
 
     @abc.abstractmethod
     def status(self, state: dict[str, Any]) -> str:
-        """"running", "stopped" or "missing"."""
+        """ "running", "stopped" or "missing"."""
 
     # --- commands ----------------------------------------------------------------------------
     @abc.abstractmethod
@@ -152,12 +152,14 @@ class SandboxBackend(abc.ABC):
     ) -> ExecResult:
         """Run argv; kill it inside the sandbox after `timeout` seconds (timed_out=True)."""
 
-    def start_background(self, state: dict[str, Any], argv: list[str], *, cwd: str,
-                         env: dict[str, str], job_id: str) -> dict[str, Any]:
+    def start_background(
+        self, state: dict[str, Any], argv: list[str], *, cwd: str, env: dict[str, str], job_id: str
+    ) -> dict[str, Any]:
         raise Unsupported(f"{self.kind} backend has no background commands yet")
 
-    def poll_background(self, state: dict[str, Any], job: dict[str, Any],
-                        tail_bytes: int) -> dict[str, Any]:
+    def poll_background(
+        self, state: dict[str, Any], job: dict[str, Any], tail_bytes: int
+    ) -> dict[str, Any]:
         raise Unsupported(f"{self.kind} backend has no background commands yet")
 
     def cancel_background(self, state: dict[str, Any], job: dict[str, Any]) -> None:
@@ -185,5 +187,5 @@ class SandboxBackend(abc.ABC):
         """Sandbox ids the host carries (for reconciliation)."""
         return []
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
         """Release connections held for this host."""

@@ -1,0 +1,64 @@
+"""Who may do what: one place that finds a principal's sandbox or says "not found".
+
+Another team's sandbox answers exactly like a missing one, so ids cannot be probed.
+"""
+
+from __future__ import annotations
+
+from sandboxes import validation
+from sandboxes.errors import NotFound, PermissionDenied
+from sandboxes.models import Sandbox
+from tenants.models import Channel, Role
+from tenants.principal import Principal
+
+READ, WRITE = "read", "write"
+
+
+def is_platform_admin(principal: Principal) -> bool:
+    """The system itself, or a staff user acting through Django admin."""
+    if principal.is_system:
+        return True
+    user = principal.user
+    return principal.channel == Channel.ADMIN and bool(user and user.is_active and user.is_staff)
+
+
+def role_of(principal: Principal) -> str | None:
+    if is_platform_admin(principal):
+        return Role.OWNER
+    if principal.user is None or not principal.user.is_active:
+        return None
+    membership = principal.membership()
+    return membership.role if membership else None
+
+
+def require(principal: Principal, need: str, doing: str) -> str:
+    """The principal's role if it allows `need` (read/write), else PermissionDenied."""
+    role = role_of(principal)
+    if role is None:
+        raise PermissionDenied(f"you are not a member of team {principal.team or '(none)'}")
+    if (
+        principal.scopes is not None
+        and need not in principal.scopes
+        and "admin" not in principal.scopes
+    ):
+        raise PermissionDenied(f"this API key has no {need} scope, needed to {doing}")
+    if need == WRITE and role == Role.VIEWER:
+        raise PermissionDenied(f"a viewer may not {doing}")
+    return role
+
+
+def sandboxes_of(principal: Principal):
+    queryset = Sandbox.objects.visible().select_related("team", "owner", "host", "image")
+    if is_platform_admin(principal) and principal.team is None:
+        return queryset
+    return queryset.filter(team=principal.team)
+
+
+def get_sandbox(principal: Principal, sandbox_id: str, need: str, doing: str) -> Sandbox:
+    validation.sandbox_id(sandbox_id)
+    role = role_of(principal)
+    sandbox = sandboxes_of(principal).filter(public_id=sandbox_id).first() if role else None
+    if sandbox is None:
+        raise NotFound(f"sandbox {sandbox_id} not found")
+    require(principal, need, doing)
+    return sandbox

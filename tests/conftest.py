@@ -1,0 +1,109 @@
+"""Shared fixtures: two tenants (team A, team B), users with each role, hosts and images.
+
+Like healthchecks' two-tenant base test case: every access test has another team at hand.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.conf import settings
+from django.contrib.auth import get_user_model
+
+from hosts.backends import reset_backends
+from hosts.models import Host, Image
+from tenants.models import Channel, Membership, Role, Team
+from tenants.principal import Principal
+from tests.fakes import FakeBackend
+
+
+def _user(username: str, team: Team, role: str):
+    user = get_user_model().objects.create_user(username, password="not-used-in-tests")
+    Membership.objects.create(user=user, team=team, role=role)
+    return user
+
+
+@pytest.fixture
+def team_a(db) -> Team:
+    return Team.objects.create(slug="alpha", name="Team Alpha", max_running_sandboxes=3)
+
+
+@pytest.fixture
+def team_b(db) -> Team:
+    return Team.objects.create(slug="beta", name="Team Beta")
+
+
+@pytest.fixture
+def alice(team_a):
+    """Owner of team A."""
+    return _user("alice", team_a, Role.OWNER)
+
+
+@pytest.fixture
+def mallory(team_a):
+    """Member of team A."""
+    return _user("mallory", team_a, Role.MEMBER)
+
+
+@pytest.fixture
+def victor(team_a):
+    """Viewer of team A: may read, never change."""
+    return _user("victor", team_a, Role.VIEWER)
+
+
+@pytest.fixture
+def bob(team_b):
+    """Member of team B: must never see team A's things."""
+    return _user("bob", team_b, Role.MEMBER)
+
+
+@pytest.fixture
+def as_alice(alice, team_a) -> Principal:
+    return Principal(user=alice, team=team_a, channel=Channel.WEB, source_address="127.0.0.1")
+
+
+@pytest.fixture
+def as_victor(victor, team_a) -> Principal:
+    return Principal(user=victor, team=team_a, channel=Channel.WEB)
+
+
+@pytest.fixture
+def as_bob(bob, team_b) -> Principal:
+    return Principal(user=bob, team=team_b, channel=Channel.WEB)
+
+
+@pytest.fixture
+def image(db) -> Image:
+    return Image.objects.create(
+        name="python", reference=settings.SANDHUB_SANDBOX_IMAGE, is_default=True
+    )
+
+
+@pytest.fixture
+def docker_host(db) -> Host:
+    return Host.objects.create(name="local", kind="docker", endpoint=settings.SANDHUB_DOCKER_URL)
+
+
+@pytest.fixture
+def fake_backend(settings, docker_host, image):
+    """Route the docker kind to the in-memory backend for fast service-layer tests."""
+    settings.SANDHUB_BACKENDS = {"docker": "tests.fakes.FakeBackend"}
+    reset_backends()
+    FakeBackend.sandboxes = {}
+    FakeBackend.fail_provision = None
+    yield FakeBackend
+    reset_backends()
+
+
+@pytest.fixture
+def real_docker(settings, docker_host, image):
+    """The real Docker backend on this machine's engine."""
+    settings.SANDHUB_BACKENDS = {"docker": "hosts.backends.docker.DockerBackend"}
+    reset_backends()
+    yield docker_host
+    reset_backends()
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    """Users are made in almost every test; the real hasher costs ~0.2 s each."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
