@@ -33,4 +33,7 @@ def decrypt(token: str) -> str:
 
 def rotate(token: str) -> str:
     """Re-encrypt under the first (newest) key."""
-    return _fernet().rotate(token.encode()).decode()
+    try:
+        return _fernet().rotate(token.encode()).decode()
+    except InvalidToken as exc:
+        raise CredentialKeyError("the secret cannot be decrypted with any configured key") from exc

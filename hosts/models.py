@@ -91,8 +91,12 @@ class Host(models.Model):
 
 
 class Image(models.Model):
-    name = models.CharField(max_length=100, unique=True, help_text="What users ask for, e.g. python.")
-    reference = models.CharField(max_length=300, help_text="Engine reference, e.g. sandhub/sandbox:latest.")
+    name = models.CharField(
+        max_length=100, unique=True, help_text="What users ask for, e.g. python."
+    )
+    reference = models.CharField(
+        max_length=300, help_text="Engine reference, e.g. sandhub/sandbox:latest."
+    )
     description = models.CharField(max_length=300, blank=True)
     is_default = models.BooleanField(default=False)
     teams = models.ManyToManyField(

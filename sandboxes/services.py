@@ -238,6 +238,17 @@ def delete_sandbox(principal: Principal, sandbox_id: str) -> SandboxInfo:
     return SandboxInfo.from_model(sandbox)
 
 
+@audited("sandbox.rename", "sandbox")
+def rename_sandbox(principal: Principal, sandbox_id: str, name: str) -> SandboxInfo:
+    current().target("sandbox", sandbox_id)
+    new_name = validation.name(name)
+    sandbox = access.get_sandbox(principal, sandbox_id, WRITE, "rename sandboxes")
+    current().details.update({"from": sandbox.name, "to": new_name})
+    sandbox.name = new_name
+    sandbox.save(update_fields=["name"])
+    return SandboxInfo.from_model(sandbox)
+
+
 # --- commands --------------------------------------------------------------------------------
 
 

@@ -310,3 +310,11 @@ def test_probe_stores_an_idle_score(fake_backend, docker_host, alice):
     assert info.healthy and info.idle_score == 0.8  # memory 20 % is the busiest resource
     with pytest.raises(PermissionDenied):
         services.probe_host(Principal(user=alice, team=None, channel="web"), docker_host.pk)
+
+
+def test_rename_is_audited_and_viewer_refused(sandbox, as_alice, as_victor):
+    assert services.rename_sandbox(as_alice, sandbox.id, "renamed").name == "renamed"
+    row = AuditLog.objects.filter(action="sandbox.rename").get()
+    assert row.details == {"from": "work", "to": "renamed"}
+    with pytest.raises(PermissionDenied):
+        services.rename_sandbox(as_victor, sandbox.id, "nope")

@@ -31,7 +31,9 @@ def backend_class(kind: str) -> type[SandboxBackend]:
 
 def get_backend(host: Host) -> SandboxBackend:
     cls = backend_class(host.kind)
-    key = (cls, host.pk, host.endpoint, host.credential_id)
+    # A replaced secret changes the credential's updated_at, so it gets a fresh connection.
+    credential_version = host.credential.updated_at if host.credential_id else None
+    key = (cls, host.pk, host.endpoint, host.credential_id, credential_version)
     with _lock:
         backend = _cache.get(key)
         if backend is None:

@@ -1,0 +1,70 @@
+# Sandhub. `make run` on a fresh Debian machine installs what is missing and starts the platform.
+# pip uses this machine's own configuration (pip.conf, PIP_* variables): no index is named here.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# Touched after a successful install: nothing to do until the lock file changes.
+STAMP := $(VENV)/.sandhub-installed
+SYSTEM_PACKAGES := docker.io debootstrap openssh-server postgresql
+# pip-tools lives in its own environment (under the ignored var/) so the locked one stays exact.
+# Not named PIP_*: pip reads PIP_<option> variables from the environment, and make exports
+# variables given on its command line (make lock LOCK_COMPILER=/path/to/pip-compile).
+LOCK_TOOLS := var/pip-tools
+LOCK_COMPILER ?= $(LOCK_TOOLS)/bin/pip-compile
+
+.PHONY: install system-packages image migrate bootstrap run test lint lock
+
+install: system-packages $(STAMP)
+
+# As root, install the system packages that are missing (python3-venv too when this python3
+# cannot make a virtualenv). Otherwise only say what is missing.
+system-packages:
+	@missing=""; \
+	for pkg in $(SYSTEM_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' "$$pkg" 2>/dev/null | grep -q "install ok installed" \
+			|| missing="$$missing $$pkg"; \
+	done; \
+	$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || missing="$$missing python3-venv"; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" -ne 0 ]; then \
+		echo "missing system packages:$$missing (run as root, or install them)" >&2; exit 0; \
+	fi; \
+	echo "installing system packages:$$missing"; \
+	apt-get update -q; \
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing
+
+$(STAMP): requirements.lock
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "installing the Python environment from requirements.lock"
+	$(BIN)/python -m pip install --quiet --require-hashes -r requirements.lock
+	@touch $@
+
+image: system-packages
+	@scripts/ensure-docker.sh
+	images/build.sh
+
+migrate: install
+	$(BIN)/python manage.py migrate --noinput
+
+bootstrap: migrate
+	$(BIN)/python manage.py bootstrap
+
+run: install image migrate bootstrap
+	$(BIN)/python manage.py collectstatic --noinput -v 0
+	exec scripts/run.sh
+
+test: install image
+	$(BIN)/pytest
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+lock:
+	@test -x $(LOCK_COMPILER) || { $(PYTHON) -m venv $(LOCK_TOOLS) && $(LOCK_TOOLS)/bin/pip install -q pip-tools; }
+	$(LOCK_COMPILER) --quiet --generate-hashes --no-emit-index-url --no-emit-find-links \
+		--extra dev --strip-extras --output-file requirements.lock pyproject.toml

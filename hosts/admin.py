@@ -1,0 +1,256 @@
+"""Admin for where sandboxes live: hosts (probe, drain), their credentials, images."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import Count, Q, QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.utils.decorators import method_decorator
+from django.views.decorators.debug import sensitive_post_parameters
+
+from hosts.backends.base import BackendError
+from hosts.models import Credential, Host, Image
+from sandboxes import services
+from sandboxes.errors import ServiceError
+from sandboxes.models import LIVE_STATUSES
+from sandboxes.results import HostInfo
+from tenants.admin import admin_principal
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def apply_each(
+    modeladmin: admin.ModelAdmin,
+    request: HttpRequest,
+    objects: Iterable[T],
+    call: Callable[[T], str],
+) -> None:
+    """Run a service call per selected object and report every outcome with message_user.
+
+    One failing object must not hide what happened to the others, so errors are collected
+    instead of raised; `call` returns a short description of what it did.
+    """
+    done: list[str] = []
+    failed: list[str] = []
+    for obj in objects:
+        try:
+            done.append(call(obj))
+        except (ServiceError, BackendError) as exc:
+            failed.append(f"{obj}: {exc}")
+        except Exception as exc:  # a backend bug: log the trace, still report the rest
+            logger.exception("admin action on %r failed", obj)
+            failed.append(f"{obj}: unexpected {type(exc).__name__}: {exc}")
+    if done:
+        modeladmin.message_user(request, "; ".join(done), messages.SUCCESS)
+    if failed:
+        modeladmin.message_user(request, "Failed: " + "; ".join(failed), messages.ERROR)
+
+
+# --- credentials -----------------------------------------------------------------------------
+
+
+class WriteOnlyTextarea(forms.Textarea):
+    """A textarea that never renders a value, not even the one just submitted.
+
+    A textarea rather than a password input because private keys and TLS material span lines.
+    """
+
+    def format_value(self, value: Any) -> None:
+        return None
+
+
+class CredentialForm(forms.ModelForm):
+    secret = forms.CharField(
+        widget=WriteOnlyTextarea(attrs={"rows": 6, "autocomplete": "off", "spellcheck": "false"}),
+        strip=False,
+        required=False,
+        help_text="Write-only: never shown again. On change, leave empty to keep the current "
+        "secret. Docker TLS material is a JSON object with ca, cert and key (PEM text).",
+    )
+
+    class Meta:
+        model = Credential
+        fields = ["name", "kind", "username"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Required when there is no secret yet; optional (= keep) once one is stored.
+        self.fields["secret"].required = self.instance.pk is None
+
+    def clean_secret(self) -> str:
+        # Browsers send textarea line breaks as CRLF; keys and certificates want LF.
+        return self.cleaned_data["secret"].replace("\r\n", "\n")
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        secret = cleaned.get("secret")
+        if secret and cleaned.get("kind") == Credential.Kind.DOCKER_TLS:
+            self._check_tls_json(secret)
+        return cleaned
+
+    def _check_tls_json(self, secret: str) -> None:
+        # Never echo the secret back in the error message.
+        try:
+            material = json.loads(secret)
+        except ValueError:
+            self.add_error("secret", "Docker TLS material must be a JSON object.")
+            return
+        if not isinstance(material, dict):
+            self.add_error("secret", "Docker TLS material must be a JSON object.")
+
+    def save(self, commit: bool = True) -> Credential:
+        credential = super().save(commit=False)
+        if self.cleaned_data.get("secret"):
+            credential.set_secret(self.cleaned_data["secret"])
+        if commit:
+            credential.save()
+        return credential
+
+
+@admin.register(Credential)
+class CredentialAdmin(admin.ModelAdmin):
+    form = CredentialForm
+    list_display = ["name", "kind", "username", "host_count", "updated_at"]
+    list_filter = ["kind"]
+    search_fields = ["name", "username"]
+    # secret_encrypted is in neither list: the ciphertext never reaches a page either.
+    fields = ["name", "kind", "username", "secret", "created_at", "updated_at"]
+    readonly_fields = ["created_at", "updated_at"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Credential]:
+        return super().get_queryset(request).annotate(_host_count=Count("host"))
+
+    @admin.display(description="hosts", ordering="_host_count")
+    def host_count(self, credential: Credential) -> int:
+        return credential._host_count
+
+    # Keeps the submitted secret out of Django's error reports and debug pages.
+    @method_decorator(sensitive_post_parameters("secret"))
+    def changeform_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        return super().changeform_view(request, *args, **kwargs)
+
+
+# --- hosts -----------------------------------------------------------------------------------
+
+
+def _describe_probe(info: HostInfo) -> str:
+    if info.healthy:
+        return f"{info.name}: healthy, idle score {info.idle_score:g}"
+    return f"{info.name}: unhealthy ({info.last_error or 'no detail'})"
+
+
+@admin.register(Host)
+class HostAdmin(admin.ModelAdmin):
+    list_display = [
+        "name",
+        "kind",
+        "endpoint",
+        "team",
+        "enabled",
+        "draining",
+        "healthy",
+        "idle_score",
+        "live_sandboxes",
+        "max_sandboxes",
+        "last_probe_at",
+    ]
+    list_filter = ["kind", "enabled", "draining", "healthy", "team"]
+    search_fields = ["name", "endpoint", "last_error"]
+    list_select_related = ["team"]
+    autocomplete_fields = ["credential", "team"]
+    actions = ["probe_hosts", "drain_hosts", "undrain_hosts"]
+    # Draining changes only through the actions, so every change leaves an audit row.
+    readonly_fields = [
+        "draining",
+        "healthy",
+        "last_probe_at",
+        "cpu_percent",
+        "memory_percent",
+        "gpu_percent",
+        "idle_score",
+        "last_error",
+        "created_at",
+    ]
+    fieldsets = [
+        (None, {"fields": ["name", "kind", "endpoint", "credential", "team"]}),
+        ("Scheduling", {"fields": ["enabled", "draining", "max_sandboxes", "labels"]}),
+        ("Backend options", {"fields": ["options"], "classes": ["collapse"]}),
+        (
+            "Last probe",
+            {
+                "fields": [
+                    "healthy",
+                    "last_probe_at",
+                    "idle_score",
+                    "cpu_percent",
+                    "memory_percent",
+                    "gpu_percent",
+                    "last_error",
+                    "created_at",
+                ]
+            },
+        ),
+    ]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Host]:
+        live = Count("sandboxes", filter=Q(sandboxes__status__in=LIVE_STATUSES))
+        return super().get_queryset(request).annotate(_live=live)
+
+    @admin.display(description="live sandboxes", ordering="_live")
+    def live_sandboxes(self, host: Host) -> int:
+        return host._live
+
+    @admin.action(description="Probe selected hosts", permissions=["change"])
+    def probe_hosts(self, request: HttpRequest, queryset: QuerySet[Host]) -> None:
+        principal = admin_principal(request)
+        apply_each(
+            self,
+            request,
+            queryset,
+            lambda host: _describe_probe(services.probe_host(principal, host.pk)),
+        )
+
+    @admin.action(description="Drain selected hosts (no new sandboxes)", permissions=["change"])
+    def drain_hosts(self, request: HttpRequest, queryset: QuerySet[Host]) -> None:
+        self._set_draining(request, queryset, True)
+
+    @admin.action(description="Undrain selected hosts", permissions=["change"])
+    def undrain_hosts(self, request: HttpRequest, queryset: QuerySet[Host]) -> None:
+        self._set_draining(request, queryset, False)
+
+    def _set_draining(self, request: HttpRequest, queryset: QuerySet[Host], draining: bool) -> None:
+        principal = admin_principal(request)
+        word = "draining" if draining else "accepting sandboxes"
+
+        def call(host: Host) -> str:
+            info = services.set_host_draining(principal, host.pk, draining)
+            return f"{info.name}: {word}"
+
+        apply_each(self, request, queryset, call)
+
+
+# --- images ----------------------------------------------------------------------------------
+
+
+@admin.register(Image)
+class ImageAdmin(admin.ModelAdmin):
+    list_display = ["name", "reference", "is_default", "allowed_teams", "warm_pool_size"]
+    list_filter = ["is_default", "teams"]
+    search_fields = ["name", "reference", "description"]
+    filter_horizontal = ["teams"]
+    readonly_fields = ["created_at"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Image]:
+        return super().get_queryset(request).prefetch_related("teams")
+
+    @admin.display(description="teams")
+    def allowed_teams(self, image: Image) -> str:
+        # Reads the prefetched teams: no query per row.
+        return ", ".join(team.slug for team in image.teams.all()) or "every team"

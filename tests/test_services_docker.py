@@ -1,0 +1,160 @@
+"""The service layer end to end on the real Docker engine: what a member does with a
+sandbox, limits that hold, tenancy, and nothing left behind."""
+
+from __future__ import annotations
+
+import resource
+
+import docker
+import pytest
+
+from sandboxes import services
+from sandboxes.errors import BackendFailure, InvalidInput, NotFound, QuotaExceeded
+from sandboxes.models import CommandExecution, Sandbox
+from sandboxes.results import UploadFile
+from tenants.models import AuditLog
+
+pytestmark = [pytest.mark.docker, pytest.mark.django_db]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    client = docker.from_env()
+    yield client
+    client.close()
+
+
+def containers_of(engine, sandbox_id: str) -> list:
+    return engine.containers.list(all=True, filters={"label": f"org.sandhub.sandbox={sandbox_id}"})
+
+
+def volume_exists(engine, sandbox_id: str) -> bool:
+    return any(v.name == f"sandhub-{sandbox_id}" for v in engine.volumes.list())
+
+
+@pytest.fixture
+def sandbox(real_docker, as_alice, engine):
+    info = services.create_sandbox(as_alice, memory_mb=256)
+    yield info
+    if Sandbox.objects.get(public_id=info.id).status != "deleted":
+        services.delete_sandbox(as_alice, info.id)
+    assert containers_of(engine, info.id) == []
+
+
+def test_member_workflow_end_to_end(real_docker, as_alice, engine):
+    info = services.create_sandbox(as_alice, name="e2e", memory_mb=256)
+    assert info.status == "running" and len(containers_of(engine, info.id)) == 1
+
+    echo = services.run_command(as_alice, info.id, "echo hello from $(whoami)")
+    assert (echo.exit_code, echo.stdout) == (0, "hello from sandbox\n")
+
+    services.write_file(as_alice, info.id, "notes/readme.txt", "first line\n")
+    assert services.read_file(as_alice, info.id, "notes/readme.txt").content == b"first line\n"
+
+    binary = bytes(range(256)) * 1000
+    uploads = [
+        UploadFile("proj/main.py", b"import sys\nprint(sum(map(int, sys.argv[1:])))\n"),
+        UploadFile("proj/data.bin", binary),
+        UploadFile("proj/empty.txt", b""),
+    ]
+    services.upload_files(as_alice, info.id, uploads)
+    downloaded = dict(services.download_files(as_alice, info.id, ["proj"]))
+    assert downloaded == {"/workspace/" + u.path: u.content for u in uploads}
+    owner = services.run_command(as_alice, info.id, "stat -c %U proj/data.bin").stdout
+    assert owner == "sandbox\n"
+
+    py = services.run_python(as_alice, info.id, "import platform; print(platform.python_version())")
+    assert py.exit_code == 0 and py.stdout.startswith("3.")
+    assert services.run_command(as_alice, info.id, "python3 proj/main.py 2 3").stdout == "5\n"
+
+    streamed = b"".join(services.open_file_stream(as_alice, info.id, "proj/data.bin"))
+    assert streamed == binary
+
+    services.delete_sandbox(as_alice, info.id)
+    assert containers_of(engine, info.id) == []
+    assert not volume_exists(engine, info.id)
+
+
+def test_timeout_kills_the_process_inside(sandbox, as_alice):
+    result = services.run_command(as_alice, sandbox.id, "sleep 600", timeout=2)
+    assert result.status == "timed_out" and result.duration_seconds < 8
+    left = services.run_command(as_alice, sandbox.id, "ps -eo args | grep -c '^sleep 600' || true")
+    assert left.stdout.strip() == "0"
+    assert CommandExecution.objects.filter(status="timed_out").count() == 1
+
+
+def test_huge_output_is_capped_and_memory_stays_bounded(sandbox, as_alice):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    result = services.run_command(as_alice, sandbox.id, "head -c 50000000 /dev/zero | tr '\\0' x")
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert result.stdout_truncated and result.stdout_bytes == 50_000_000
+    assert len(result.stdout) < 1_100_000
+    assert grown_mb < 25, f"platform memory grew by {grown_mb:.0f} MB"
+
+
+def test_fork_bomb_and_memory_hog_are_contained(real_docker, as_alice, sandbox):
+    neighbour = services.create_sandbox(as_alice, memory_mb=128)
+    try:
+        bomb = services.run_command(
+            as_alice, sandbox.id, "bomb() { bomb | bomb & }; bomb", timeout=5
+        )
+        assert bomb.status in {"failed", "timed_out", "succeeded"}
+        hog = services.run_python(
+            as_alice,
+            sandbox.id,
+            "x = bytearray(1024 * 1024 * 1024); print('allocated')",
+            timeout=30,
+        )
+        assert hog.exit_code != 0 and "allocated" not in hog.stdout
+        assert services.run_command(as_alice, neighbour.id, "echo alive").stdout == "alive\n"
+        after = services.run_command(as_alice, sandbox.id, "echo still here", timeout=20)
+        assert after.stdout == "still here\n"
+    finally:
+        services.delete_sandbox(as_alice, neighbour.id)
+
+
+def test_undecodable_output_comes_back_faithfully(sandbox, as_alice):
+    result = services.run_command(as_alice, sandbox.id, r"printf 'a\377b\000c'")
+    assert result.stdout == "a\\xffb\\x00c"
+
+
+def test_tenancy_and_quota_on_the_real_engine(sandbox, as_bob, as_alice, team_a, engine):
+    with pytest.raises(NotFound):
+        services.run_command(as_bob, sandbox.id, "echo x")
+    with pytest.raises(NotFound):
+        services.download_files(as_bob, sandbox.id, ["/etc/passwd"])
+    team_a.max_running_sandboxes = 1
+    team_a.save()
+    containers_before = len(engine.containers.list(all=True))
+    with pytest.raises(QuotaExceeded, match="at most 1 running sandboxes"):
+        services.create_sandbox(as_alice)
+    assert len(engine.containers.list(all=True)) == containers_before
+
+
+def test_unknown_engine_image_leaves_nothing(real_docker, as_alice, image, engine):
+    image.reference = "sandhub/does-not-exist:never"
+    image.save()
+    with pytest.raises(BackendFailure):
+        services.create_sandbox(as_alice)
+    row = Sandbox.objects.get()
+    assert row.status == "deleted" and containers_of(engine, row.public_id) == []
+    assert not volume_exists(engine, row.public_id)
+    assert services.list_sandboxes(as_alice) == []
+
+
+def test_missing_file_and_bad_paths(sandbox, as_alice):
+    with pytest.raises(NotFound):
+        services.read_file(as_alice, sandbox.id, "nope.txt")
+    with pytest.raises(NotFound):
+        services.download_files(as_alice, sandbox.id, ["nope.txt"])
+    with pytest.raises(InvalidInput):
+        services.list_files(as_alice, sandbox.id, "bad\x00path")
+
+
+def test_audit_and_history_rows_on_the_real_engine(sandbox, as_alice):
+    before = AuditLog.objects.count()
+    services.run_command(as_alice, sandbox.id, "exit 7")
+    services.run_command(as_alice, sandbox.id, "sleep 5", timeout=1)
+    assert AuditLog.objects.count() == before + 2
+    rows = list(CommandExecution.objects.order_by("id").values_list("status", "exit_code"))
+    assert [status for status, _ in rows] == ["failed", "timed_out"] and rows[0][1] == 7
