@@ -422,13 +422,21 @@ class DockerBackend(SandboxBackend):
         if stdin:
             environment[STDIN_ENV] = base64.b64encode(stdin).decode()
         command = [
-            "sh", "-c", _WRAPPER, "sandhub-exec", cwd, f"{timeout:.3f}", f"{_KILL_AFTER:g}", *argv
+            "sh",
+            "-c",
+            _WRAPPER,
+            "sandhub-exec",
+            cwd,
+            f"{timeout:.3f}",
+            f"{_KILL_AFTER:g}",
+            *argv,
         ]
         out, err = HeadTailBuffer(output_cap), HeadTailBuffer(output_cap)
         started = time.monotonic()
         deadline = started + timeout + _KILL_AFTER + _CLIENT_GRACE
-        exec_id, finished = self._run(container, command, environment, deadline, out, err,
-                                      on_output, marker)
+        exec_id, finished = self._run(
+            container, command, environment, deadline, out, err, on_output, marker
+        )
         duration = time.monotonic() - started
         exit_code = self._exit_code(exec_id, finished)
         # `timeout` exits 124 (or 137 if SIGKILL was needed); a command may exit so itself,
@@ -492,8 +500,15 @@ class DockerBackend(SandboxBackend):
         with self._engine("running a command"):
             try:
                 exec_id = api.exec_create(
-                    container, command, stdout=True, stderr=True, stdin=False, tty=False,
-                    environment=environment, user=SANDBOX_USER, workdir="/",
+                    container,
+                    command,
+                    stdout=True,
+                    stderr=True,
+                    stdin=False,
+                    tty=False,
+                    environment=environment,
+                    user=SANDBOX_USER,
+                    workdir="/",
                 )["Id"]
             except docker.errors.NotFound as exc:
                 raise SandboxGone(f"sandbox container {container} no longer exists") from exc
@@ -518,8 +533,13 @@ class DockerBackend(SandboxBackend):
                 None,
             )
         except Exception:
-            logger.warning("could not kill the processes of exec %s in %s on host %s",
-                           marker, container, self.host, exc_info=True)
+            logger.warning(
+                "could not kill the processes of exec %s in %s on host %s",
+                marker,
+                container,
+                self.host,
+                exc_info=True,
+            )
 
     def _exit_code(self, exec_id: str, finished: bool) -> int | None:
         """The exec's exit code; the engine may record it a moment after the stream closes."""
@@ -829,7 +849,10 @@ def _rebuilt(archive: tarfile.TarFile, members: list[tarfile.TarInfo], listed: s
                     listed.add(parent)
                     directory = tarfile.TarInfo(parent)
                     directory.type, directory.mode, directory.mtime = (
-                        tarfile.DIRTYPE, 0o755, member.mtime)
+                        tarfile.DIRTYPE,
+                        0o755,
+                        member.mtime,
+                    )
                     out.addfile(_owned(directory))
             content = archive.extractfile(member) if member.isfile() else None
             out.addfile(_owned(member), content)
