@@ -3,7 +3,8 @@
 #   images/build.sh [--force] [TAG]
 # Uses a registry base image when one can be pulled; otherwise builds the base offline with
 # debootstrap from this machine's own apt mirror (read from its apt configuration) and
-# `docker import`. Idempotent: does nothing when TAG already exists, unless --force.
+# `docker import`. Idempotent: does nothing when TAG exists and was built from this same
+# recipe (a hash of this script and images/sandbox/, kept in an image label), unless --force.
 set -euo pipefail
 
 force=0
@@ -11,11 +12,14 @@ if [[ "${1:-}" == "--force" ]]; then force=1; shift; fi
 tag="${1:-${SANDHUB_SANDBOX_IMAGE:-sandhub/sandbox:latest}}"
 here="$(cd "$(dirname "$0")" && pwd)"
 registry_base="debian:bookworm-slim"
-offline_base="sandhub/base:bookworm"
-packages="python3,python3-pip,python3-venv,bash,coreutils,git,tini,procps,ca-certificates"
+packages="python3,python3-pip,python3-venv,python3-pytest,bash,coreutils,git,tini,procps,ca-certificates"
+recipe="$(cat "$0" "$here"/sandbox/* | sha256sum | cut -c1-16)"
+# The offline base depends only on the package list: a Dockerfile change reuses it.
+offline_base="sandhub/base:bookworm-$(echo "$packages" | sha256sum | cut -c1-12)"
 
-if [[ $force -eq 0 ]] && docker image inspect "$tag" >/dev/null 2>&1; then
-    echo "image $tag already present"
+built_recipe="$(docker image inspect -f '{{index .Config.Labels "org.sandhub.recipe"}}' "$tag" 2>/dev/null || true)"
+if [[ $force -eq 0 && "$built_recipe" == "$recipe" ]]; then
+    echo "image $tag already present (recipe $recipe)"
     exit 0
 fi
 
@@ -56,5 +60,6 @@ else
     base="$offline_base"
 fi
 
-docker build --quiet --build-arg BASE="$base" --tag "$tag" "$here/sandbox" >/dev/null
-echo "built $tag from $base"
+docker build --quiet --build-arg BASE="$base" --label "org.sandhub.recipe=$recipe" \
+    --tag "$tag" "$here/sandbox" >/dev/null
+echo "built $tag from $base (recipe $recipe)"

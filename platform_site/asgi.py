@@ -1,6 +1,44 @@
+"""The web process: Django (pages, admin, REST API, static files for the API docs) and the MCP
+streamable-HTTP endpoint at /mcp/, in one ASGI application.
+
+Run it with `uvicorn platform_site.asgi:application`. Add `--proxy-headers` behind a reverse
+proxy so audit rows record the client's address rather than the proxy's.
+"""
+
+from __future__ import annotations
+
 import os
 
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "platform_site.settings")
-application = get_asgi_application()
+django_app = get_asgi_application()  # sets Django up before anything imports models
+
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
+
+from mcp_bridge.server import http_app  # noqa: E402
+
+MCP_PATH = "/mcp/"
+mcp_app = http_app(MCP_PATH)
+# Static files (the API docs' Swagger UI comes from drf-spectacular-sidecar, no CDN) are
+# served here from the app directories, whatever DEBUG says: django.conf.urls.static only
+# works with DEBUG on, and whitenoise is not a dependency. They are few and small; a
+# deployment with a reverse proxy may serve STATIC_ROOT (collectstatic) instead.
+web_app = ASGIStaticFilesHandler(django_app)
+
+
+async def application(scope, receive, send) -> None:
+    if scope["type"] == "lifespan":
+        # Django's handler refuses lifespan events; the MCP app needs its startup (it starts
+        # the session manager), so the lifespan is the MCP app's.
+        await mcp_app(scope, receive, send)
+        return
+    path = scope.get("path", "")
+    if path == MCP_PATH.rstrip("/"):
+        # `/mcp` without the slash: serve it rather than answer a redirect clients may not follow.
+        scope = {**scope, "path": MCP_PATH, "raw_path": MCP_PATH.encode()}
+        path = MCP_PATH
+    if path.startswith(MCP_PATH):
+        await mcp_app(scope, receive, send)
+        return
+    await web_app(scope, receive, send)

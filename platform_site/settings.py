@@ -136,6 +136,21 @@ Q_CLUSTER = {
 
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # Programs send an API key as a Bearer token; a signed-in browser uses its session.
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "tenants.authentication.ApiKeyAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # JSON with a size limit, and multipart for uploads (no form-encoded bodies: DRF would
+    # read those whole, unlimited).
+    "DEFAULT_PARSER_CLASSES": [
+        "sandboxes.api_parsers.LimitedJSONParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 50,
+    "EXCEPTION_HANDLER": "sandboxes.api.exception_handler",
 }
 
 SPECTACULAR_SETTINGS = {
@@ -159,3 +174,25 @@ SANDHUB_OUTPUT_CAP_BYTES = env_int("SANDHUB_OUTPUT_CAP_BYTES", 1024 * 1024, mini
 SANDHUB_DEFAULT_TIMEOUT_SECONDS = env_int("SANDHUB_DEFAULT_TIMEOUT_SECONDS", 60, minimum=1)
 SANDHUB_MAX_TIMEOUT_SECONDS = env_int("SANDHUB_MAX_TIMEOUT_SECONDS", 3600, minimum=1)
 SANDHUB_MAX_TRANSFER_BYTES = env_int("SANDHUB_MAX_TRANSFER_BYTES", 100 * 1024 * 1024, minimum=1024)
+
+# --- Agents and programs: API keys, the MCP endpoint, the REST API ---------------------------
+INSTALLED_APPS += ["mcp_bridge"]
+# Commands run through MCP at the same time, per web process (each holds a thread).
+SANDHUB_MCP_COMMAND_THREADS = env_int("SANDHUB_MCP_COMMAND_THREADS", 100, minimum=1)
+# REST bodies Django reads into memory (JSON, form fields) stay small; uploaded files over
+# FILE_UPLOAD_MAX_MEMORY_SIZE spill to a temporary file; a whole upload (multipart or raw) may
+# not exceed SANDHUB_MAX_TRANSFER_BYTES, checked before it is read.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("DATA_UPLOAD_MAX_MEMORY_SIZE", 4 * 1024 * 1024, minimum=1024)
+DATA_UPLOAD_MAX_NUMBER_FILES = 1000
+FILE_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
+
+# The tests run the web app in a thread and `manage.py mcp` in a subprocess against the test
+# database, so a SQLite test database must be a file: an in-memory one is private to one
+# connection. One name per test process, so parallel runs do not share it.
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    import os as _os
+    import tempfile as _tempfile
+
+    DATABASES["default"].setdefault("TEST", {})["NAME"] = str(
+        Path(_tempfile.gettempdir()) / f"sandhub-test-{_os.getpid()}.sqlite3"
+    )

@@ -1,6 +1,11 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("api/v1/", include("sandboxes.api_urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    # Swagger UI from drf-spectacular-sidecar's static files (SWAGGER_UI_DIST = SIDECAR): no CDN.
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]

@@ -81,6 +81,8 @@ def audited(action: str, target_type: str = "") -> Callable[[Callable[P, R]], Ca
 
 def _write(principal: Principal, draft: AuditDraft, outcome: str, error: str) -> None:
     details = dict(draft.details)
+    if principal.extra.get("api_key"):  # which key acted, by its public prefix
+        details["api_key"] = principal.extra["api_key"]
     if error:
         details["error"] = error[:1000]
     audit.record(

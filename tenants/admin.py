@@ -172,3 +172,7 @@ class AuditLogAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         return pretty_json(entry.details)
 
 
+# --- API keys --------------------------------------------------------------------------------
+# ApiKeyAdmin (list, create showing the key once, revoke) lives in its own module and
+# registers itself on import.
+from tenants import admin_apikeys  # noqa: E402, F401

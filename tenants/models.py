@@ -110,3 +110,46 @@ class AuditLog(models.Model):
 
     def delete(self, *args, **kwargs):
         raise PermissionError("the audit log is append-only")
+
+
+class ApiKeyScope(models.TextChoices):
+    READ = "read", "Read"
+    WRITE = "write", "Write"
+    ADMIN = "admin", "Admin"
+
+
+class ApiKey(models.Model):
+    """A per-user secret for programs and agents, bound to one team.
+
+    The key reads `shk_<prefix>_<secret>`: the prefix finds the row, only a hash of the secret
+    is stored (tenants.apikeys makes, checks and revokes keys). A key never grants more than its
+    user's current role in the team: services read the role afresh on every call.
+    """
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_keys"
+    )
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=100, blank=True)
+    prefix = models.CharField(max_length=16, unique=True, editable=False)
+    secret_hash = models.CharField(max_length=64, editable=False)
+    scopes = models.JSONField(default=list, help_text="Any of read, write, admin.")
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked = models.BooleanField(default=False)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    last_used_address = models.GenericIPAddressField(null=True, blank=True)
+    # The sandbox later MCP calls use when they name none (select_sandbox). Kept here, not in
+    # an MCP session, so any web process can answer any request.
+    selected_sandbox = models.CharField(max_length=32, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "API key"
+
+    def __str__(self) -> str:
+        return f"shk_{self.prefix}_… ({self.name or 'unnamed'})"
+
+    def __repr__(self) -> str:  # never the hash
+        return f"<ApiKey {self.pk} shk_{self.prefix} user={self.user_id} team={self.team_id}>"

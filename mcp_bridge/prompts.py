@@ -1,0 +1,79 @@
+"""Prompts: ready-made plans an agent (or its user) can start from, in terms of the tools."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastmcp import FastMCP
+from pydantic import Field
+
+
+def register(mcp: FastMCP) -> None:
+    @mcp.prompt(
+        name="test-in-sandbox",
+        description="Run a project's tests in a fresh sandbox and report the failures.",
+    )
+    def test_in_sandbox(
+        project: Annotated[str, Field(description="The project directory or files to test.")] = ".",
+        test_command: Annotated[str, Field(description="The test command.")] = (
+            "python3 -m pytest -q"
+        ),
+    ) -> str:
+        return (
+            f"Run the tests of {project} in a Sandhub sandbox.\n"
+            "1. create_sandbox (it becomes the selected sandbox).\n"
+            f"2. upload_files: the source files of {project} and its requirements/pyproject, "
+            "keeping their relative paths.\n"
+            "3. If it has dependencies, install_packages with them.\n"
+            f"4. run_tests with command '{test_command}'.\n"
+            "5. Report passed/failed/errors/skipped, and for each failing test its name, "
+            "message and the likely cause in the code.\n"
+            "6. delete_sandbox when done."
+        )
+
+    @mcp.prompt(
+        name="debug-in-sandbox",
+        description="Reproduce a failure in a sandbox, find its cause, and verify a fix.",
+    )
+    def debug_in_sandbox(
+        problem: Annotated[str, Field(description="The error or wrong behaviour seen.")],
+        sandbox_id: Annotated[
+            str, Field(description="A sandbox to use; empty for the selected or a new one.")
+        ] = "",
+    ) -> str:
+        where = (
+            f"sandbox {sandbox_id} (select_sandbox it)"
+            if sandbox_id
+            else ("the selected sandbox (get_active_sandbox), or a new one (create_sandbox)")
+        )
+        return (
+            f"Debug this problem in {where}:\n\n{problem}\n\n"
+            "1. Reproduce it with the smallest command (run_command / run_python); read the "
+            "exit code, stdout and stderr.\n"
+            "2. Inspect files with list_files and read_file; the resource "
+            "sandbox://<id>/logs shows the commands run so far.\n"
+            "3. Change one thing at a time with write_file, rerun, and compare.\n"
+            "4. Once fixed, run the tests (run_tests) and report the cause and the fix."
+        )
+
+    @mcp.prompt(
+        name="deploy-to-sandbox",
+        description="Put an application into a sandbox, install it, start it and check it.",
+    )
+    def deploy_to_sandbox(
+        app: Annotated[str, Field(description="The application directory or files.")] = ".",
+        start_command: Annotated[
+            str, Field(description="How to start it, e.g. 'python3 -m http.server 8000'.")
+        ] = "",
+    ) -> str:
+        start = start_command or "the application's usual start command"
+        return (
+            f"Deploy {app} into a Sandhub sandbox.\n"
+            "1. create_sandbox with a lifetime_minutes that covers the need.\n"
+            f"2. upload_files with {app}'s files; install_packages with its dependencies.\n"
+            f"3. Start it in the background with run_command: 'nohup {start} > app.log 2>&1 &'.\n"
+            "4. Check it answers (run_command with curl or python3 against localhost) and "
+            "read app.log with read_file.\n"
+            "5. Report the sandbox id and how to reach the application; leave the sandbox "
+            "running."
+        )

@@ -1,0 +1,84 @@
+"""Read-only MCP resources: the team's sandboxes, one sandbox's status, its recent commands."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastmcp import FastMCP
+
+from mcp_bridge import identity
+from mcp_bridge.runtime import read
+from mcp_bridge.schemas import Sandbox
+from sandboxes import services
+
+LOG_COMMANDS = 20
+TAIL_CHARS = 2000
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, indent=2, default=str)
+
+
+def register(mcp: FastMCP) -> None:
+    @mcp.resource(
+        "sandbox://list",
+        name="sandboxes",
+        description="Your team's sandboxes with their status, as JSON.",
+        mime_type="application/json",
+    )
+    async def sandbox_list() -> str:
+        def body() -> str:
+            caller = identity.caller()
+            selected = caller.key.selected_sandbox
+            infos = services.list_sandboxes(caller.principal)
+            return _json([Sandbox.of(i, selected).model_dump(mode="json") for i in infos])
+
+        return await read(body)
+
+    @mcp.resource(
+        "sandbox://{sandbox_id}/status",
+        name="sandbox-status",
+        description="One sandbox's status, image, host, limits and expiry, as JSON.",
+        mime_type="application/json",
+    )
+    async def sandbox_status(sandbox_id: str) -> str:
+        def body() -> str:
+            caller = identity.caller()
+            info = services.get_sandbox(caller.principal, sandbox_id)
+            return _json(Sandbox.of(info, caller.key.selected_sandbox).model_dump(mode="json"))
+
+        return await read(body)
+
+    @mcp.resource(
+        "sandbox://{sandbox_id}/logs",
+        name="sandbox-logs",
+        description=f"The sandbox's last {LOG_COMMANDS} commands, newest first, with exit "
+        "codes and the tails of their output, as JSON.",
+        mime_type="application/json",
+    )
+    async def sandbox_logs(sandbox_id: str) -> str:
+        def body() -> str:
+            caller = identity.caller()
+            commands = services.list_commands(caller.principal, sandbox_id, limit=LOG_COMMANDS)
+            return _json(
+                [
+                    {
+                        "command_id": c.id,
+                        "command": c.command[:500],
+                        "kind": c.kind,
+                        "status": c.status,
+                        "exit_code": c.exit_code,
+                        "channel": c.channel,
+                        "actor": c.actor,
+                        "created_at": c.created_at,
+                        "duration_seconds": c.duration_seconds,
+                        "stdout_tail": c.stdout[-TAIL_CHARS:],
+                        "stderr_tail": c.stderr[-TAIL_CHARS:],
+                        "error_message": c.error_message,
+                    }
+                    for c in commands
+                ]
+            )
+
+        return await read(body)

@@ -1,0 +1,48 @@
+"""The Sandhub MCP server: one FastMCP instance with every tool, resource and prompt.
+
+Built once per process: over HTTP with the API-key verifier (platform_site/asgi.py mounts
+it at /mcp/), over stdio without one (manage.py mcp authenticates its own key).
+"""
+
+from __future__ import annotations
+
+from fastmcp import FastMCP
+from fastmcp.server.auth import AuthProvider
+
+from mcp_bridge import prompts, resources, tools_commands, tools_files, tools_sandboxes
+
+INSTRUCTIONS = """\
+Sandhub gives you isolated Linux sandboxes (python3, bash, git; files in /workspace) to run
+code in. Typical use: create_sandbox (it becomes your selected sandbox, so later calls may
+omit sandbox_id), upload_files, run_command / run_python / run_tests, read_file or
+download_files, then delete_sandbox. run_once does create-run-delete in one call. Sandboxes
+have no network unless your team allows it. Errors say what to change.
+"""
+
+
+def build_server(auth: AuthProvider | None = None) -> FastMCP:
+    mcp = FastMCP(
+        "Sandhub",
+        instructions=INSTRUCTIONS,
+        auth=auth,
+        # Only ToolError messages (the services' own, written for the caller) reach the
+        # agent; anything unexpected is reported without internals and logged here.
+        mask_error_details=True,
+        on_duplicate="error",
+    )
+    tools_sandboxes.register(mcp)
+    tools_commands.register(mcp)
+    tools_files.register(mcp)
+    resources.register(mcp)
+    prompts.register(mcp)
+    return mcp
+
+
+def http_app(path: str = "/mcp/"):
+    """The streamable-HTTP ASGI app at `path`, authenticated with API keys, stateless so any
+    web process can answer any request (per-key state lives in the database). Its lifespan
+    must be run by the outer ASGI app. The MCP SDK answers 413 to a request body over 4 MiB:
+    larger files go through the REST API's streaming upload and download."""
+    from mcp_bridge.auth import ApiKeyVerifier
+
+    return build_server(auth=ApiKeyVerifier()).http_app(path=path, stateless_http=True)

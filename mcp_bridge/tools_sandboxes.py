@@ -1,0 +1,162 @@
+"""Tools for hosts and the sandbox lifecycle, and the per-key selected sandbox."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastmcp import FastMCP
+from mcp.types import ToolAnnotations
+from pydantic import Field
+
+from mcp_bridge import identity
+from mcp_bridge.args import Env, SandboxId
+from mcp_bridge.runtime import call
+from mcp_bridge.schemas import ActiveSandbox, HostList, Sandbox, SandboxList
+from mcp_bridge.schemas import Host as HostOut
+from sandboxes import services
+from sandboxes.errors import NotFound
+from tenants import apikeys, audit
+
+READ_ONLY = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
+CREATES = ToolAnnotations(readOnlyHint=False, destructiveHint=False, openWorldHint=False)
+DESTROYS = ToolAnnotations(readOnlyHint=False, destructiveHint=True, openWorldHint=False)
+
+
+def register(mcp: FastMCP) -> None:
+    @mcp.tool(annotations=READ_ONLY)
+    async def list_hosts() -> HostList:
+        """List the hosts your team's sandboxes can run on, idlest first, with each host's
+        idle score (1 = idle, 0 = saturated), load figures and how many sandboxes it runs."""
+
+        def body() -> HostList:
+            caller = identity.caller()
+            return HostList(hosts=[HostOut.of(h) for h in services.list_hosts(caller.principal)])
+
+        return await call(body)
+
+    @mcp.tool(annotations=CREATES)
+    async def create_sandbox(
+        image: Annotated[
+            str | None, Field(description="Image name; omit for the default.", max_length=100)
+        ] = None,
+        name: Annotated[
+            str | None, Field(description="A label for people.", max_length=100)
+        ] = None,
+        cpus: Annotated[float | None, Field(description="CPU cores.", gt=0, le=64)] = None,
+        memory_mb: Annotated[
+            int | None, Field(description="Memory limit in MB.", ge=64, le=1024 * 1024)
+        ] = None,
+        lifetime_minutes: Annotated[
+            int | None,
+            Field(description="Deleted automatically after this long.", ge=1, le=525600),
+        ] = None,
+        env: Env = None,
+        network: Annotated[
+            bool | None, Field(description="Network access, if your team allows it.")
+        ] = None,
+        select: Annotated[
+            bool,
+            Field(
+                description="Make it this key's selected sandbox (later calls may omit sandbox_id)."
+            ),
+        ] = True,
+    ) -> Sandbox:
+        """Create a sandbox (an isolated Linux container with python3, bash and git; files
+        live in /workspace) on the idlest host, wait until it runs, and return it. Team
+        quotas apply (running sandboxes, cpus, memory, lifetime); delete it when done."""
+
+        def body() -> Sandbox:
+            caller = identity.caller()
+            info = services.create_sandbox(
+                caller.principal,
+                image=image,
+                name=name,
+                cpus=cpus,
+                memory_mb=memory_mb,
+                env=env,
+                lifetime_minutes=lifetime_minutes,
+                network=network,
+            )
+            if select:
+                apikeys.select_sandbox(caller.key, info.id)
+            return Sandbox.of(info, caller.key.selected_sandbox)
+
+        return await call(body)
+
+    @mcp.tool(annotations=READ_ONLY)
+    async def list_sandboxes() -> SandboxList:
+        """List your team's sandboxes (not deleted ones), newest first, and which one is
+        selected for this API key."""
+
+        def body() -> SandboxList:
+            caller = identity.caller()
+            selected = caller.key.selected_sandbox
+            infos = services.list_sandboxes(caller.principal)
+            return SandboxList(
+                sandboxes=[Sandbox.of(info, selected) for info in infos],
+                selected=selected or None,
+            )
+
+        return await call(body)
+
+    @mcp.tool(annotations=READ_ONLY)
+    async def get_sandbox(sandbox_id: SandboxId = None) -> Sandbox:
+        """Show one sandbox: status, image, host, limits, last activity and expiry."""
+
+        def body() -> Sandbox:
+            caller = identity.caller()
+            info = services.get_sandbox(caller.principal, caller.sandbox(sandbox_id))
+            return Sandbox.of(info, caller.key.selected_sandbox)
+
+        return await call(body)
+
+    @mcp.tool(annotations=DESTROYS)
+    async def delete_sandbox(sandbox_id: SandboxId = None) -> Sandbox:
+        """Delete a sandbox and every file in it (its command history is kept). If it was the
+        selected sandbox, nothing is selected afterwards."""
+
+        def body() -> Sandbox:
+            caller = identity.caller()
+            target = caller.sandbox(sandbox_id)
+            info = services.delete_sandbox(caller.principal, target)
+            apikeys.forget_sandbox(caller.key, target)
+            return Sandbox.of(info)
+
+        return await call(body)
+
+    @mcp.tool(annotations=ToolAnnotations(readOnlyHint=False, idempotentHint=True))
+    async def select_sandbox(
+        sandbox_id: Annotated[
+            str, Field(description="Sandbox id, like sb_k3j9x0a2b4c6.", max_length=40)
+        ],
+    ) -> ActiveSandbox:
+        """Make a sandbox the default for this API key: later tools may then omit sandbox_id.
+        The choice is stored on the server per key, so it lasts across connections."""
+
+        def body() -> ActiveSandbox:
+            caller = identity.caller()
+            info = services.get_sandbox(caller.principal, sandbox_id)
+            apikeys.select_sandbox(caller.key, info.id)
+            return ActiveSandbox(sandbox=Sandbox.of(info, info.id))
+
+        return await call(body)
+
+    @mcp.tool(annotations=READ_ONLY)
+    async def get_active_sandbox() -> ActiveSandbox:
+        """Show the sandbox selected for this API key, or null when none is (or it was deleted)."""
+
+        def body() -> ActiveSandbox:
+            caller = identity.caller()
+            selected = caller.key.selected_sandbox
+            if not selected:
+                # No service runs, yet the call is still on record like every other one.
+                audit.record(caller.principal, "sandbox.active", target_type="sandbox")
+                return ActiveSandbox(sandbox=None)
+            try:
+                info = services.get_sandbox(caller.principal, selected)
+            except NotFound:
+                apikeys.forget_sandbox(caller.key, selected)
+                return ActiveSandbox(sandbox=None)
+            return ActiveSandbox(sandbox=Sandbox.of(info, selected))
+
+        return await call(body)

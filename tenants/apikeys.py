@@ -1,0 +1,227 @@
+"""API keys: make one (the plaintext is returned once), check one, revoke one.
+
+A key reads `shk_<prefix>_<secret>`. The 8-character prefix is stored in clear to find the row
+(and to name the key in logs and admin); the 256-bit secret is stored only as its SHA-256.
+A slow password hash buys nothing for a random secret that long, and a fast one keeps every
+request cheap. Hashes are compared in constant time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import logging
+import re
+import secrets
+import string
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from tenants.models import ApiKey, ApiKeyScope, Membership, Team
+from tenants.principal import Principal
+
+logger = logging.getLogger("sandhub.apikeys")
+
+KEY_MARK = "shk"
+PREFIX_LENGTH = 8
+_PREFIX_ALPHABET = string.ascii_lowercase + string.digits
+_KEY_RE = re.compile(r"^shk_([a-z0-9]{8})_([A-Za-z0-9_\-]{20,100})$")
+ALL_SCOPES = frozenset(ApiKeyScope.values)
+DEFAULT_SCOPES = ("read", "write")
+# last_used_* is rewritten at most this often per key, so busy agents do not turn every
+# request into a write on the same row.
+TOUCH_INTERVAL = timedelta(seconds=30)
+
+
+class ApiKeyError(ValueError):
+    """Bad arguments for a new key (unknown scope, no membership, expiry in the past)."""
+
+
+@dataclass(frozen=True)
+class NewKey:
+    key: ApiKey
+    plaintext: str  # shown once, never stored
+
+
+def _hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def normalise_scopes(scopes: list[str] | tuple[str, ...] | str | None) -> list[str]:
+    """Known scopes, sorted; write implies read (a key that may change things may look)."""
+    if scopes is None:
+        scopes = DEFAULT_SCOPES
+    if isinstance(scopes, str):
+        scopes = [s for s in re.split(r"[,\s]+", scopes) if s]
+    wanted = {s.strip().lower() for s in scopes}
+    unknown = wanted - ALL_SCOPES
+    if unknown:
+        raise ApiKeyError(
+            f"unknown scope(s): {', '.join(sorted(unknown))}; use {', '.join(sorted(ALL_SCOPES))}"
+        )
+    if not wanted:
+        raise ApiKeyError("a key needs at least one scope")
+    if "write" in wanted:
+        wanted.add("read")
+    return sorted(wanted)
+
+
+def parse_expiry(value: str | None, *, now: datetime | None = None) -> datetime | None:
+    """'30d', '12h', '2027-01-01' (midnight UTC) or an ISO date-time; empty means never."""
+    if value is None or not value.strip():
+        return None
+    now = now or timezone.now()
+    text = value.strip()
+    relative = re.fullmatch(r"(\d+)\s*([dhm])", text)
+    if relative:
+        amount, unit = int(relative.group(1)), relative.group(2)
+        delta = {"d": timedelta(days=amount), "h": timedelta(hours=amount)}.get(
+            unit, timedelta(minutes=amount)
+        )
+        return now + delta
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        try:
+            moment = datetime.combine(date.fromisoformat(text), time())
+        except ValueError as exc:
+            raise ApiKeyError(
+                f"expiry {text!r} is neither a duration (30d, 12h) nor a date (2027-01-01)"
+            ) from exc
+    if timezone.is_naive(moment):
+        moment = moment.replace(tzinfo=UTC)
+    return moment
+
+
+def create_key(
+    user,
+    team: Team,
+    *,
+    name: str = "",
+    scopes: list[str] | tuple[str, ...] | str | None = None,
+    expires_at: datetime | None = None,
+) -> NewKey:
+    """A new key for a member of the team; the plaintext is in the result and nowhere else."""
+    scope_list = normalise_scopes(scopes)
+    if not Membership.objects.filter(user=user, team=team).exists():
+        raise ApiKeyError(f"{user} is not a member of team {team.slug}")
+    if expires_at is not None and expires_at <= timezone.now():
+        raise ApiKeyError("the expiry is in the past")
+    secret = secrets.token_urlsafe(32)
+    for _ in range(5):  # a prefix collision is ~1 in 10^12; try again rather than fail
+        prefix = "".join(secrets.choice(_PREFIX_ALPHABET) for _ in range(PREFIX_LENGTH))
+        try:
+            with transaction.atomic():
+                key = ApiKey.objects.create(
+                    user=user,
+                    team=team,
+                    name=name[:100],
+                    prefix=prefix,
+                    secret_hash=_hash(secret),
+                    scopes=scope_list,
+                    expires_at=expires_at,
+                )
+        except IntegrityError:
+            continue
+        return NewKey(key=key, plaintext=f"{KEY_MARK}_{prefix}_{secret}")
+    raise RuntimeError("could not find a free key prefix")
+
+
+def authenticate(raw: str | None, *, address: str | None = None) -> ApiKey | None:
+    """The key's row if `raw` is a valid, live key whose user still belongs to its team.
+
+    Every refusal is logged with the reason and the prefix, never the secret.
+    """
+    if not raw:
+        return None
+    match = _KEY_RE.match(raw.strip())
+    if match is None:
+        _refuse("malformed key", None, address)
+        return None
+    prefix, secret = match.groups()
+    key = ApiKey.objects.select_related("user", "team").filter(prefix=prefix).first()
+    # Hash even when there is no row, so timing does not tell which prefixes exist.
+    expected = key.secret_hash if key else "0" * 64
+    if not hmac.compare_digest(_hash(secret), expected) or key is None:
+        _refuse("unknown key or wrong secret", prefix, address)
+        return None
+    reason = refusal_reason(key)
+    if reason:
+        _refuse(reason, prefix, address)
+        return None
+    return key
+
+
+def refusal_reason(key: ApiKey) -> str | None:
+    """Why an existing key may not be used right now, or None."""
+    if key.revoked:
+        return "revoked"
+    if key.expires_at is not None and key.expires_at <= timezone.now():
+        return "expired"
+    if not key.user.is_active:
+        return "user is inactive"
+    if not Membership.objects.filter(user_id=key.user_id, team_id=key.team_id).exists():
+        return "user is no longer a member of the key's team"
+    return None
+
+
+def _refuse(reason: str, prefix: str | None, address: str | None) -> None:
+    logger.warning(
+        "API key refused: %s (key shk_%s, from %s)", reason, prefix or "?", address or "?"
+    )
+
+
+def touch(key: ApiKey, address: str | None) -> None:
+    """Remember when and from where the key was last used (at most every TOUCH_INTERVAL)."""
+    address = clean_address(address)
+    now = timezone.now()
+    fresh = key.last_used_at is not None and now - key.last_used_at < TOUCH_INTERVAL
+    if fresh and key.last_used_address == address:
+        return
+    ApiKey.objects.filter(pk=key.pk).update(last_used_at=now, last_used_address=address)
+    key.last_used_at, key.last_used_address = now, address
+
+
+def clean_address(address: str | None) -> str | None:
+    """An IP address or None: the columns are inet on PostgreSQL."""
+    if not address:
+        return None
+    try:
+        return str(ipaddress.ip_address(address))
+    except ValueError:
+        return None
+
+
+def principal_for(key: ApiKey, channel: str, address: str | None = None) -> Principal:
+    """Who acts with this key: its user in its team, limited to its scopes."""
+    return Principal(
+        user=key.user,
+        team=key.team,
+        channel=channel,
+        source_address=clean_address(address),
+        scopes=frozenset(key.scopes),
+        extra={"api_key": key.prefix},
+    )
+
+
+def revoke(key: ApiKey) -> None:
+    if not key.revoked:
+        key.revoked, key.revoked_at = True, timezone.now()
+        key.save(update_fields=["revoked", "revoked_at"])
+
+
+def select_sandbox(key: ApiKey, sandbox_id: str) -> None:
+    """Remember the sandbox later calls with this key use when they name none."""
+    ApiKey.objects.filter(pk=key.pk).update(selected_sandbox=sandbox_id)
+    key.selected_sandbox = sandbox_id
+
+
+def forget_sandbox(key: ApiKey, sandbox_id: str) -> None:
+    """Drop the selection if it names this (deleted) sandbox."""
+    ApiKey.objects.filter(pk=key.pk, selected_sandbox=sandbox_id).update(selected_sandbox="")
+    if key.selected_sandbox == sandbox_id:
+        key.selected_sandbox = ""

@@ -1,0 +1,229 @@
+"""Fixtures for the MCP and REST tests: one world per test module, on the real Docker engine.
+
+The live server (uvicorn in a thread) and the stdio server (a subprocess) must see the test
+database, so these modules do not run each test in a transaction: `live_db` opens database
+access for the whole module, the world is committed once, and the database is flushed when
+the module ends. Sandboxes are few and shared, since each costs a container.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.db import connection, connections
+from django.utils import timezone
+
+from hosts.backends import reset_backends
+from hosts.models import Host, Image
+from sandboxes import services
+from tenants import apikeys
+from tenants.models import ApiKey, Channel, Membership, Role, Team
+from tenants.principal import Principal
+
+ROOT = Path(__file__).resolve().parent.parent
+
+CALC = "def add(a, b):\n    return a + b\n"
+TEST_CALC = (
+    "from calc import add\n\n\n"
+    "def test_add():\n    assert add(1, 2) == 3\n\n\n"
+    "def test_add_negative():\n    assert add(-1, -1) == -2\n\n\n"
+    "def test_add_wrong():\n    assert add(2, 2) == 5, 'two and two make four'\n"
+)
+EXPECTED_TOOLS = {
+    "list_hosts",
+    "create_sandbox",
+    "list_sandboxes",
+    "get_sandbox",
+    "delete_sandbox",
+    "select_sandbox",
+    "get_active_sandbox",
+    "run_command",
+    "run_python",
+    "install_packages",
+    "upload_files",
+    "download_files",
+    "list_files",
+    "read_file",
+    "write_file",
+    "run_tests",
+    "run_once",
+}
+
+
+@dataclass
+class World:
+    team_a: Team
+    team_b: Team
+    alice: Any  # owner of A
+    victor: Any  # viewer of A
+    bob: Any  # member of B
+    dave: Any  # member of A, removed from it by a test
+    keys: dict[str, str] = field(default_factory=dict)  # name -> plaintext
+    rows: dict[str, ApiKey] = field(default_factory=dict)
+
+    def principal(self, user=None, channel: str = Channel.WEB) -> Principal:
+        return Principal(user=user or self.alice, team=self.team_a, channel=channel)
+
+
+def _user(username: str, team: Team, role: str):
+    user = get_user_model().objects.create(username=username)
+    Membership.objects.create(user=user, team=team, role=role)
+    return user
+
+
+def build_world() -> World:
+    team_a = Team.objects.create(slug="alpha", name="Team Alpha", max_running_sandboxes=6)
+    team_b = Team.objects.create(slug="beta", name="Team Beta")
+    world = World(
+        team_a=team_a,
+        team_b=team_b,
+        alice=_user("alice", team_a, Role.OWNER),
+        victor=_user("victor", team_a, Role.VIEWER),
+        bob=_user("bob", team_b, Role.MEMBER),
+        dave=_user("dave", team_a, Role.MEMBER),
+    )
+    Image.objects.create(name="python", reference=settings.SANDHUB_SANDBOX_IMAGE, is_default=True)
+    Host.objects.create(name="local", kind="docker", endpoint=settings.SANDHUB_DOCKER_URL)
+    specs = {
+        "alice": (world.alice, team_a, "read,write"),
+        "alice_read": (world.alice, team_a, "read"),
+        "victor": (world.victor, team_a, "read,write"),
+        "bob": (world.bob, team_b, "read,write"),
+        "dave": (world.dave, team_a, "read,write"),
+        "expired": (world.alice, team_a, "read,write"),
+        "revoked": (world.alice, team_a, "read,write"),
+    }
+    for name, (user, team, scopes) in specs.items():
+        new = apikeys.create_key(user, team, name=name, scopes=scopes)
+        world.keys[name], world.rows[name] = new.plaintext, new.key
+    ApiKey.objects.filter(pk=world.rows["expired"].pk).update(
+        expires_at=timezone.now() - timedelta(minutes=1)
+    )
+    apikeys.revoke(world.rows["revoked"])
+    return world
+
+
+# Taken at import, before any test database exists, to tell the two apart.
+_REAL_DATABASE_NAME = str(settings.DATABASES["default"]["NAME"])
+
+
+def _on_test_database() -> bool:
+    return str(connection.settings_dict["NAME"]) != _REAL_DATABASE_NAME
+
+
+@pytest.fixture(scope="module")
+def live_db(django_db_setup, django_db_blocker):
+    """Database access for the whole module, committed (no per-test transaction).
+
+    pytest-django sets up the test database only when some collected test is marked for the
+    database; these modules' tests are not (a per-test transaction would hide the data from
+    the server thread and the subprocess), so when run alone they set it up themselves. The
+    flush at the end runs only on a test database, never on the real one.
+    """
+    from django.test.utils import setup_databases, teardown_databases
+
+    with django_db_blocker.unblock():
+        created = None
+        if not _on_test_database():
+            created = setup_databases(verbosity=0, interactive=False, aliases={"default"})
+        if not _on_test_database():
+            raise RuntimeError("refusing to run against the real database")
+        try:
+            yield
+        finally:
+            call_command("flush", interactive=False, verbosity=0)
+            if created is not None:
+                teardown_databases(created, verbosity=0)
+
+
+@pytest.fixture(scope="module")
+def world(live_db) -> World:
+    reset_backends()
+    yield build_world()
+    reset_backends()
+
+
+@pytest.fixture(scope="module")
+def shared_sandbox(world) -> str:
+    """One running sandbox of team A (the image carries pytest), for the whole module."""
+    principal = world.principal()
+    info = services.create_sandbox(principal, memory_mb=512)
+    yield info.id
+    services.delete_sandbox(principal, info.id)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def asgi_server(live_db) -> str:
+    """platform_site.asgi (Django + MCP) under uvicorn on a free loopback port."""
+    import uvicorn
+
+    from platform_site.asgi import application
+
+    port = free_port()
+    config = uvicorn.Config(application, host="127.0.0.1", port=port, log_level="warning")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="live-uvicorn", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 15
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the live server did not start")
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=15)
+
+
+def run(coroutine):
+    """Run an async MCP conversation from a synchronous test."""
+    return asyncio.run(coroutine)
+
+
+async def in_thread(fn, *args):
+    """fn(*args) with the ORM, from inside a conversation, closing the thread's connection
+    after (an open one would keep PostgreSQL from dropping the test database)."""
+
+    def closing():
+        try:
+            return fn(*args)
+        finally:
+            connections.close_all()
+
+    return await asyncio.to_thread(closing)
+
+
+def database_url() -> str:
+    """The test database as DATABASE_URL, for a subprocess (manage.py mcp)."""
+    config = connection.settings_dict
+    if config["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{config['NAME']}"
+    user = quote(config.get("USER") or "", safe="")
+    password = f":{quote(config['PASSWORD'], safe='')}" if config.get("PASSWORD") else ""
+    credentials = f"{user}{password}@" if user else ""
+    host = config.get("HOST") or "localhost"
+    port = f":{config['PORT']}" if config.get("PORT") else ""
+    return f"postgres://{credentials}{host}{port}/{config['NAME']}"
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "SANDHUB_API_KEY"}
+    return {**env, "DATABASE_URL": database_url(), **extra}
