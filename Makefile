@@ -53,8 +53,13 @@ migrate: install
 bootstrap: migrate
 	$(BIN)/python manage.py bootstrap
 
+# A fresh key for the first admin on every run, printed as the line that adds Sandhub to
+# Claude Code (older keys stay valid until revoked in admin).
 run: install image migrate bootstrap
 	$(BIN)/python manage.py collectstatic --noinput -v 0
+	@echo "Add Sandhub to Claude Code with:"
+	@$(BIN)/python manage.py create_api_key --user admin --team default --name "make run" \
+		--claude "http://$${SANDHUB_BIND_HOST:-127.0.0.1}:$${SANDHUB_BIND_PORT:-8000}/mcp/"
 	exec scripts/run.sh
 
 test: install image
