@@ -14,7 +14,7 @@ from django.utils.html import format_html
 
 from hosts.admin import apply_each
 from sandboxes import services
-from sandboxes.models import CommandExecution, Sandbox, SandboxStatus
+from sandboxes.models import CommandExecution, Sandbox, SandboxStatus, WarmContainer
 from tenants.admin import ReadOnlyAdminMixin, admin_principal, pretty_json
 
 # Everything on the change page but the name is history or owned by the services.
@@ -227,3 +227,27 @@ def _pre(text: str) -> str:
     # Output keeps its line breaks and is escaped: it is whatever a sandbox printed.
     style = "margin: 0; white-space: pre-wrap; max-height: 30em; overflow: auto"
     return format_html("<pre style='{}'>{}</pre>", style, text)
+
+
+@admin.register(WarmContainer)
+class WarmContainerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """The warm pool, read-only: members are started, claimed and removed by the pool tasks
+    (size per image: Image.warm_pool_size)."""
+
+    list_display = ["pool_id", "host", "image", "slot", "status", "sandbox", "created_at"]
+    list_filter = ["status", "host", "image"]
+    search_fields = ["pool_id", "sandbox__public_id", "host__name"]
+    list_select_related = ["host", "image", "sandbox"]
+    fields = [
+        "pool_id",
+        "host",
+        "image",
+        "slot",
+        "status",
+        "sandbox",
+        "backend_state",
+        "created_at",
+        "ready_at",
+        "claimed_at",
+    ]
+    readonly_fields = fields

@@ -4,3 +4,19 @@ from django.apps import AppConfig
 class SandboxesConfig(AppConfig):
     name = "sandboxes"
     verbose_name = "Sandboxes"
+
+    def ready(self) -> None:
+        from django.db.models.signals import post_migrate
+
+        from sandboxes.schedules import on_post_migrate
+
+        # The lifecycle schedules (sweep, probes, reconciliation, warm pool) after every migrate.
+        post_migrate.connect(on_post_migrate, sender=self, dispatch_uid="sandhub-schedules")
+
+        from django_q.signals import post_spawn
+
+        from sandboxes.tasks import recover_on_worker_start
+
+        # Each new worker process (a restarted cluster, a reincarnated worker) takes back the
+        # background commands whose supervisor died, at once (see supervise_background).
+        post_spawn.connect(recover_on_worker_start, dispatch_uid="sandhub-background-recovery")

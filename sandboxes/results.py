@@ -74,6 +74,7 @@ class CommandResult:
     actor: str | None
     created_at: datetime
     finished_at: datetime | None
+    background: bool = False  # started with start_background: follow it with check_background
 
     @classmethod
     def from_model(cls, execution: CommandExecution) -> CommandResult:
@@ -96,11 +97,36 @@ class CommandResult:
             actor=execution.actor.get_username() if execution.actor else None,
             created_at=execution.created_at,
             finished_at=execution.finished_at,
+            background=execution.background,
         )
 
     @property
     def ok(self) -> bool:
         return self.status == "succeeded"
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class BackgroundCheck:
+    """A background command as check_background / cancel_background see it."""
+
+    id: int  # the CommandExecution id, i.e. the task id start_background returned
+    sandbox_id: str
+    command: str
+    status: str  # running, succeeded, failed, timed_out, cancelled, error
+    running: bool
+    exit_code: int | None
+    output: str  # the last lines of its log: stdout and stderr interleaved, as they came
+    output_truncated: bool  # `output` is not the whole log (all of it is at log_path)
+    output_bytes: int  # the whole log's size so far
+    elapsed_seconds: float | None
+    max_runtime_seconds: float
+    log_path: str  # inside the sandbox; read or download it with the file tools
+    error_message: str
+    started_at: datetime | None
+    finished_at: datetime | None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -155,6 +181,7 @@ class HostInfo:
 
 
 __all__ = [
+    "BackgroundCheck",
     "CommandResult",
     "FileContent",
     "FileEntry",

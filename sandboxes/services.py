@@ -8,6 +8,9 @@ decorator), and returns a plain result object. Another team's sandbox is "not fo
 
 from __future__ import annotations
 
+import itertools
+import logging
+import secrets
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -16,17 +19,19 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
+from django_q.tasks import async_task
 
 from hosts.backends.base import (
     BackendError,
     ExecResult,
     FileEntry,
+    JobStatus,
     OutputCallback,
     SandboxGone,
     SandboxSpec,
 )
 from hosts.models import Host, Image
-from sandboxes import access, placement, tarballs, validation
+from sandboxes import access, lifecycle, placement, pool, tarballs, validation
 from sandboxes.access import READ, WRITE
 from sandboxes.auditing import audited, current
 from sandboxes.errors import (
@@ -44,6 +49,7 @@ from sandboxes.models import (
     SandboxStatus,
 )
 from sandboxes.results import (
+    BackgroundCheck,
     CommandResult,
     FileContent,
     HostInfo,
@@ -189,7 +195,8 @@ def _provision(sandbox: Sandbox) -> None:
         labels={"org.sandhub.team": sandbox.team.slug},
     )
     try:
-        sandbox.backend_state = sandbox.host.backend().provision(spec)
+        # A warm-pool member when one fits (sandboxes/pool.py), else a fresh container.
+        sandbox.backend_state = pool.provision_sandbox(sandbox, spec)
     except BackendError as exc:
         # The backend removed what it had made; the row stays only as history.
         sandbox.transition(SandboxStatus.ERROR, f"provisioning failed: {exc}")
@@ -470,6 +477,383 @@ def get_command(principal: Principal, command_id: int) -> CommandResult:
     return CommandResult.from_model(execution)
 
 
+# --- background commands ---------------------------------------------------------------------
+# start_background starts the command detached in the sandbox (the backend's job: a session of
+# its own, a log file and an exit-code file in the sandbox) and returns at once with the
+# CommandExecution id as the task id. sandboxes/tasks.py supervises it through
+# `background_tick`: polls it, kills it past its maximum runtime, records its end.
+# check_background and cancel_background act on the sandbox live, so they answer right even
+# while no worker runs. Whichever of them sees the end first records it, once (a conditional
+# update on status=running), and the others leave it be.
+
+logger = logging.getLogger(__name__)
+
+BACKGROUND_TAIL_BYTES = 64 * 1024  # read for a check; the final record keeps up to the cap
+MAX_TAIL_LINES = 10_000
+MAX_BACKGROUND_PER_SANDBOX = 10
+# The sandbox kills a job at its maximum runtime itself (coreutils timeout); the supervisor
+# kills it this long after, in case that did not happen (a job that escaped its group, ...).
+BACKGROUND_KILL_GRACE_SECONDS = 5.0
+_ACTIVITY_EVERY = timedelta(seconds=30)  # how often a running job refreshes last_activity_at
+
+
+@audited("command.background.start", "sandbox")
+def start_background(
+    principal: Principal,
+    sandbox_id: str,
+    command: str,
+    *,
+    cwd: str = validation.WORKSPACE,
+    env: dict[str, str] | None = None,
+    max_runtime_seconds: float | None = None,
+) -> CommandResult:
+    """Start a shell command (bash -c) detached in the sandbox and return at once.
+
+    The result's id is the task id for check_background / cancel_background. The command is
+    killed inside the sandbox after max_runtime_seconds (default: the platform's maximum).
+    """
+    current().target("sandbox", sandbox_id)
+    command = validation.command(command)
+    cwd = validation.path(cwd, "cwd")
+    exec_env = validation.env(env)
+    max_runtime = validation.timeout(
+        settings.SANDHUB_MAX_TIMEOUT_SECONDS if max_runtime_seconds is None else max_runtime_seconds
+    )
+    sandbox = access.get_sandbox(principal, sandbox_id, WRITE, "run commands")
+    _require_running(sandbox)
+    _check_background_limit(sandbox)
+    execution = CommandExecution.objects.create(
+        sandbox=sandbox,
+        actor=principal.user,
+        channel=principal.channel,
+        kind="command",
+        command=command,
+        cwd=cwd,
+        timeout_seconds=max_runtime,
+        status=CommandStatus.QUEUED,
+        background=True,
+        started_at=timezone.now(),
+    )
+    current().details.update(
+        {"command_id": execution.pk, "command": command[:500], "max_runtime_seconds": max_runtime}
+    )
+    # Unique within the sandbox even if ids restart (a restored database): it names the
+    # job's directory and marks its processes.
+    job_id = f"{execution.pk}-{secrets.token_hex(4)}"
+    try:
+        job = sandbox.host.backend().start_background(
+            sandbox.backend_state,
+            ["bash", "-c", command],
+            cwd=cwd,
+            env={**sandbox.env, **exec_env},
+            job_id=job_id,
+            timeout=max_runtime,
+        )
+    except BackendError as exc:
+        _fail_execution(execution, sandbox, exc, 0.0)
+        raise BackendFailure(f"command could not start in sandbox {sandbox_id}: {exc}") from exc
+    execution.status = CommandStatus.RUNNING
+    execution.background_state = {"job": job}
+    execution.save(update_fields=["status", "background_state"])
+    pk = execution.pk
+    # After commit, so the worker finds the row (a caller may hold a transaction open).
+    transaction.on_commit(
+        lambda: async_task(
+            "sandboxes.tasks.supervise_background", pk, task_name=f"supervise-background-{pk}"
+        )
+    )
+    _touch(sandbox)
+    current().details.update({"status": execution.status, "log": job.get("log", "")})
+    return CommandResult.from_model(execution)
+
+
+def _check_background_limit(sandbox: Sandbox) -> None:
+    running = sandbox.commands.filter(
+        background=True, status__in=[CommandStatus.QUEUED, CommandStatus.RUNNING]
+    ).count()
+    if running >= MAX_BACKGROUND_PER_SANDBOX:
+        raise QuotaExceeded(
+            f"at most {MAX_BACKGROUND_PER_SANDBOX} background commands run at once in a "
+            f"sandbox ({running} running); wait for one or cancel it"
+        )
+
+
+@audited("command.background.check", "sandbox")
+def check_background(
+    principal: Principal, sandbox_id: str, command_id: int, *, tail_lines: int = 50
+) -> BackgroundCheck:
+    """Running or not, exit code, the last tail_lines lines of output, elapsed time.
+
+    Reads the sandbox live while the command runs (and records its end if it came).
+    """
+    current().target("sandbox", sandbox_id)
+    validation.positive_int(command_id, "command id", minimum=1)
+    validation.positive_int(tail_lines, "tail_lines", minimum=0, maximum=MAX_TAIL_LINES)
+    sandbox = access.get_sandbox(principal, sandbox_id, READ, "see background commands")
+    execution = _background_execution(sandbox, command_id)
+    live = None
+    if execution.status == CommandStatus.RUNNING:
+        tail = BACKGROUND_TAIL_BYTES if tail_lines else 0
+        try:
+            live = _observe(execution, sandbox, tail)
+        except BackendError as exc:
+            raise BackendFailure(
+                f"could not check command {command_id} in sandbox {sandbox_id}: {exc}"
+            ) from exc
+    _touch(sandbox)
+    check = _background_check(execution, live, tail_lines)
+    current().details.update({"command_id": execution.pk, "status": check.status})
+    return check
+
+
+@audited("command.background.cancel", "sandbox")
+def cancel_background(principal: Principal, sandbox_id: str, command_id: int) -> BackgroundCheck:
+    """Kill every process of the command (SIGTERM, SIGKILL 2 s later) and record it cancelled.
+
+    Cancelling a command that has already ended changes nothing and says how it ended.
+    """
+    current().target("sandbox", sandbox_id)
+    validation.positive_int(command_id, "command id", minimum=1)
+    sandbox = access.get_sandbox(principal, sandbox_id, WRITE, "cancel commands")
+    execution = _background_execution(sandbox, command_id)
+    current().details.update({"command_id": execution.pk, "was": execution.status})
+    live = None
+    if execution.status == CommandStatus.RUNNING:
+        try:
+            live = _kill_and_record(execution, sandbox, BACKGROUND_TAIL_BYTES)
+        except BackendError as exc:
+            raise BackendFailure(
+                f"could not cancel command {command_id} in sandbox {sandbox_id}: {exc}"
+            ) from exc
+    _touch(sandbox)
+    check = _background_check(execution, live, 50)
+    current().details["status"] = check.status
+    return check
+
+
+def background_tick(principal: Principal, command_id: int) -> bool:
+    """One look at a running background command, for its supervisor (sandboxes.tasks).
+
+    Records the end if it came, kills the command once it is past its maximum runtime, keeps
+    its sandbox active while it runs. True when nothing is left to supervise. A host that does
+    not answer is not an end: the next look tries again (the sandbox enforces the maximum
+    runtime on its own meanwhile). No audit row: it runs every second or two.
+    """
+    if not access.is_platform_admin(principal):
+        raise PermissionDenied("only the system supervises background commands")
+    execution = (
+        CommandExecution.objects.select_related("sandbox__host").filter(pk=command_id).first()
+    )
+    if execution is None or execution.status != CommandStatus.RUNNING:
+        return True
+    sandbox = execution.sandbox
+    if sandbox.status != SandboxStatus.RUNNING:
+        # Deleted, lost or being deleted: the job went (or is going) with its container.
+        _record_background_end(
+            execution, CommandStatus.ERROR, f"the sandbox is {sandbox.status}; the command ended"
+        )
+        return True
+    try:
+        if _overdue(execution):
+            # Kill before looking: a job that has used up the pids limit cannot be polled,
+            # but the kill gets in (and one that ended meanwhile is recorded as it ended).
+            _kill_and_record(execution, sandbox, 0)
+            return True
+        status = _poll(execution, sandbox, 0)
+        if status.running:
+            _keep_active(sandbox)
+            return False
+        _record_from_status(execution, sandbox, status)
+        return True
+    except SandboxGone:
+        return True  # _poll recorded it
+    except BackendError as exc:
+        logger.warning("background command %s: %s; trying again", command_id, exc)
+        return False
+
+
+def _background_execution(sandbox: Sandbox, command_id: int) -> CommandExecution:
+    execution = (
+        sandbox.commands.select_related("sandbox", "actor")
+        .filter(pk=command_id, background=True)
+        .first()
+    )
+    if execution is None:
+        raise NotFound(f"background command {command_id} not found in sandbox {sandbox.public_id}")
+    return execution
+
+
+def _job(execution: CommandExecution) -> dict[str, Any]:
+    return (execution.background_state or {}).get("job") or {}
+
+
+def _poll(execution: CommandExecution, sandbox: Sandbox, tail_bytes: int) -> JobStatus:
+    """The job as the sandbox sees it; a vanished container ends the command (and sandbox)."""
+    try:
+        return sandbox.host.backend().poll_background(
+            sandbox.backend_state, _job(execution), tail_bytes
+        )
+    except SandboxGone as exc:
+        _vanished(execution, sandbox, exc)
+        raise
+
+
+def _vanished(execution: CommandExecution, sandbox: Sandbox, exc: SandboxGone) -> None:
+    _record_background_end(execution, CommandStatus.ERROR, f"the sandbox vanished: {exc}")
+    if Sandbox.objects.filter(pk=sandbox.pk, status=SandboxStatus.RUNNING).exists():
+        _mark_lost(sandbox, str(exc))
+
+
+def _observe(execution: CommandExecution, sandbox: Sandbox, tail_bytes: int) -> JobStatus | None:
+    """Poll a running command; record its end if it came. None when the sandbox vanished."""
+    try:
+        status = _poll(execution, sandbox, tail_bytes)
+    except SandboxGone:
+        return None
+    if not status.running:
+        _record_from_status(execution, sandbox, status)
+    return status
+
+
+def _kill_and_record(
+    execution: CommandExecution, sandbox: Sandbox, tail_bytes: int
+) -> JobStatus | None:
+    backend = sandbox.host.backend()
+    try:
+        backend.cancel_background(sandbox.backend_state, _job(execution))
+    except SandboxGone as exc:
+        _vanished(execution, sandbox, exc)
+        raise
+    status = _poll(execution, sandbox, tail_bytes)
+    _record_from_status(execution, sandbox, status)
+    return status
+
+
+def _overdue(execution: CommandExecution) -> bool:
+    limit = execution.timeout_seconds + BACKGROUND_KILL_GRACE_SECONDS
+    return _elapsed(execution) > limit
+
+
+def _elapsed(execution: CommandExecution) -> float:
+    if execution.started_at is None:
+        return 0.0
+    return (timezone.now() - execution.started_at).total_seconds()
+
+
+def _record_from_status(execution: CommandExecution, sandbox: Sandbox, status: JobStatus) -> None:
+    """Record the end the sandbox reports, with the log's tail up to the output cap."""
+    status_name, message = _background_outcome(execution, status)
+    final = status
+    cap = settings.SANDHUB_OUTPUT_CAP_BYTES
+    if len(status.output) < min(cap, status.output_bytes):
+        try:
+            final = sandbox.host.backend().poll_background(
+                sandbox.backend_state, _job(execution), cap
+            )
+        except BackendError:
+            final = status  # keep what we have rather than lose the end
+    _record_background_end(
+        execution,
+        status_name,
+        message,
+        exit_code=status.exit_code,
+        output=final.output,
+        output_bytes=max(final.output_bytes, status.output_bytes),
+        elapsed=status.elapsed_seconds,
+    )
+
+
+def _background_outcome(execution: CommandExecution, status: JobStatus) -> tuple[str, str]:
+    """(status, message) from how the job ended; a kill at or past the maximum runtime is a
+    timeout whoever did it (the sandbox's own timeout, or the supervisor as a backstop)."""
+    elapsed = status.elapsed_seconds if status.elapsed_seconds is not None else _elapsed(execution)
+    limit = execution.timeout_seconds
+    timed_out = f"killed after its maximum runtime of {limit:g} s"
+    if status.cancelled:
+        if elapsed >= limit:
+            return CommandStatus.TIMED_OUT, timed_out
+        return CommandStatus.CANCELLED, "cancelled"
+    if status.exit_code is None:
+        return CommandStatus.ERROR, (
+            "the command's processes vanished without an exit code (was the sandbox restarted?)"
+        )
+    if status.exit_code in (124, 137) and elapsed >= limit:
+        return CommandStatus.TIMED_OUT, timed_out
+    return (CommandStatus.SUCCEEDED if status.exit_code == 0 else CommandStatus.FAILED), ""
+
+
+def _record_background_end(
+    execution: CommandExecution,
+    status: str,
+    message: str,
+    *,
+    exit_code: int | None = None,
+    output: bytes = b"",
+    output_bytes: int = 0,
+    elapsed: float | None = None,
+) -> bool:
+    """Store the end once: only a row still running changes. The row is refreshed either way."""
+    now = timezone.now()
+    if elapsed is None:
+        elapsed = _elapsed(execution)
+    updated = CommandExecution.objects.filter(pk=execution.pk, status=CommandStatus.RUNNING).update(
+        status=status,
+        exit_code=exit_code,
+        stdout=decode_output(output),
+        stderr="",
+        stdout_bytes=output_bytes,
+        stdout_truncated=output_bytes > len(output),
+        stderr_bytes=0,
+        stderr_truncated=False,
+        duration_seconds=elapsed,
+        finished_at=now,
+        error_message=message[:2000],
+    )
+    execution.refresh_from_db()
+    return updated == 1
+
+
+def _keep_active(sandbox: Sandbox) -> None:
+    """A running job keeps its sandbox active; one write per _ACTIVITY_EVERY, not per poll."""
+    now = timezone.now()
+    Sandbox.objects.filter(pk=sandbox.pk, last_activity_at__lt=now - _ACTIVITY_EVERY).update(
+        last_activity_at=now
+    )
+
+
+def _background_check(
+    execution: CommandExecution, live: JobStatus | None, tail_lines: int
+) -> BackgroundCheck:
+    running = execution.status == CommandStatus.RUNNING
+    if running and live is not None:
+        text, total = decode_output(live.output), live.output_bytes
+        cut = total > len(live.output)
+    else:
+        text, total, cut = execution.stdout, execution.stdout_bytes, execution.stdout_truncated
+    lines = text.splitlines(keepends=True)
+    if cut and len(lines) > 1:
+        lines = lines[1:]  # the first is the end of a longer line
+    shown = lines[-tail_lines:] if tail_lines else []
+    elapsed = _elapsed(execution) if running else execution.duration_seconds
+    return BackgroundCheck(
+        id=execution.pk,
+        sandbox_id=execution.sandbox.public_id,
+        command=execution.command,
+        status=execution.status,
+        running=running,
+        exit_code=execution.exit_code if not running else None,
+        output="".join(shown),
+        output_truncated=cut or len(shown) < len(lines),
+        output_bytes=total,
+        elapsed_seconds=elapsed,
+        max_runtime_seconds=execution.timeout_seconds,
+        log_path=_job(execution).get("log", ""),
+        error_message=execution.error_message,
+        started_at=execution.started_at,
+        finished_at=execution.finished_at,
+    )
+
+
 # --- files -----------------------------------------------------------------------------------
 
 
@@ -539,10 +923,17 @@ def _put(sandbox: Sandbox, prepared: list[tuple[str, bytes, int]]) -> None:
 
 @audited("files.download", "sandbox")
 def download_files(
-    principal: Principal, sandbox_id: str, paths: list[str]
+    principal: Principal, sandbox_id: str, paths: list[str], *, max_bytes: int | None = None
 ) -> list[tuple[str, bytes]]:
-    """Files (or every file under directories) as (absolute path, content), one tar each."""
+    """Files (or every file under directories) as (absolute path, content), one tar each.
+
+    At most max_bytes in all (default and ceiling: SANDHUB_MAX_TRANSFER_BYTES); the stream is
+    refused as soon as it passes the limit, before more is read.
+    """
     current().target("sandbox", sandbox_id)
+    ceiling = settings.SANDHUB_MAX_TRANSFER_BYTES
+    limit = ceiling if max_bytes is None else max_bytes
+    validation.positive_int(limit, "max_bytes", minimum=1, maximum=ceiling)
     if isinstance(paths, str):
         paths = [paths]
     if not isinstance(paths, list) or not paths or len(paths) > 100:
@@ -550,7 +941,6 @@ def download_files(
     wanted = [validation.path(p) for p in paths]
     sandbox = access.get_sandbox(principal, sandbox_id, READ, "read files")
     _require_running(sandbox)
-    limit = settings.SANDHUB_MAX_TRANSFER_BYTES
     result: list[tuple[str, bytes]] = []
     for path in wanted:
         stream = _get(sandbox, path)
@@ -566,9 +956,12 @@ def open_file_stream(principal: Principal, sandbox_id: str, path: str) -> Iterat
     full = validation.path(path)
     sandbox = access.get_sandbox(principal, sandbox_id, READ, "read files")
     _require_running(sandbox)
-    stream = _get(sandbox, full)
     current().details["path"] = full
-    return tarballs.first_file(stream, full)
+    chunks = tarballs.first_file(_get(sandbox, full), full)
+    # Read the first chunk here, so "is a directory" and engine errors are raised (and
+    # audited) by this call rather than by whoever iterates the stream later.
+    first = next(chunks, b"")
+    return itertools.chain([first], chunks)
 
 
 def _get(sandbox: Sandbox, path: str) -> Iterator[bytes]:
@@ -602,9 +995,9 @@ def list_files(
 
 
 # Size on stderr, the requested byte range on stdout: one round trip, binary-safe.
+_NOT_A_FILE = 3
 _READ_RANGE = (
-    'test -f "$1" || { echo "not a regular file" >&2; exit 3; }; '
-    'stat -c %s -- "$1" >&2 && tail -c +"$2" -- "$1" | head -c "$3"'
+    '[ -d "$1" ] && exit 3; stat -c %s -- "$1" >&2 && tail -c +"$2" -- "$1" | head -c "$3"'
 )
 
 
@@ -632,8 +1025,13 @@ def read_file(
         )
     except BackendError as exc:
         raise BackendFailure(f"could not read {full} in sandbox {sandbox_id}: {exc}") from exc
+    if result.exit_code == _NOT_A_FILE:
+        raise InvalidInput(f"{full} is not a regular file")
     if result.exit_code != 0:
-        raise NotFound(f"{full} not found in sandbox {sandbox_id} or not a regular file")
+        reason = decode_output(result.stderr).strip()
+        if not reason or "No such file" in reason:
+            raise NotFound(f"{full} not found in sandbox {sandbox_id}")
+        raise InvalidInput(f"cannot read {full}: {reason.splitlines()[-1]}")
     size = int(result.stderr.decode().split()[0])
     content = result.stdout[:max_bytes]
     return FileContent(
@@ -679,15 +1077,9 @@ def _host_info(host: Host) -> HostInfo:
 def probe_host(principal: Principal, host_id: int) -> HostInfo:
     """Ask the host how it is, store the figures and an idle score (platform admins only)."""
     host = _admin_host(principal, host_id)
-    result = host.backend().probe()
-    host.healthy = result.healthy
-    host.last_probe_at = timezone.now()
-    host.cpu_percent = result.cpu_percent
-    host.memory_percent = result.memory_percent
-    host.gpu_percent = result.gpu_percent
-    host.last_error = result.error
-    host.idle_score = placement.idle_score(host, result)
-    host.save()
+    # The same probe and bookkeeping as the scheduled one (GPU, host.down / host.up rows).
+    result = lifecycle.probe(host)
+    lifecycle.record_probe(host, result)
     current().details.update({"healthy": result.healthy, "idle_score": host.idle_score})
     return _host_info(host)
 
@@ -709,3 +1101,39 @@ def _admin_host(principal: Principal, host_id: int) -> Host:
     if host is None:
         raise NotFound(f"host {host_id} not found")
     return host
+
+
+# --- lifecycle: auto-cleanup, reconciliation, host probes, warm pool -------------------------
+# Run by the django-q2 schedules in sandboxes/tasks.py as the system; the work is done in
+# sandboxes/lifecycle.py and sandboxes/pool.py. The runs themselves leave no audit row (one
+# a minute would bury the log); what they change does: sandbox.expire, sandbox.idle,
+# sandbox.lost, host.down, host.up, reconcile.orphan_removed.
+
+
+def sweep_expired_and_idle(principal: Principal) -> lifecycle.SweepReport:
+    """Delete sandboxes past their lifetime or idle beyond their team's idle timeout."""
+    _require_platform(principal, "sweep sandboxes")
+    return lifecycle.sweep()
+
+
+def reconcile_hosts(principal: Principal) -> lifecycle.ReconcileReport:
+    """Remove orphan containers, mark vanished sandboxes lost and silent hosts down."""
+    _require_platform(principal, "reconcile hosts")
+    return lifecycle.reconcile()
+
+
+def probe_all_hosts(principal: Principal) -> list[HostInfo]:
+    """Probe every enabled host at once and store health, load and idle score."""
+    _require_platform(principal, "probe hosts")
+    return [_host_info(host) for host in lifecycle.probe_hosts()]
+
+
+def refill_warm_pools(principal: Principal) -> pool.RefillReport:
+    """Start or remove warm-pool containers until each pool has its size."""
+    _require_platform(principal, "refill warm pools")
+    return pool.refill()
+
+
+def _require_platform(principal: Principal, doing: str) -> None:
+    if not access.is_platform_admin(principal):
+        raise PermissionDenied(f"only the system and platform admins may {doing}")

@@ -10,13 +10,18 @@ import shlex
 import tarfile
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from hosts.backends.base import (
+    LABEL_INSTANCE,
+    LABEL_POOL,
     BackendError,
     ExecResult,
     FileEntry,
     HeadTailBuffer,
+    JobStatus,
+    ManagedResource,
     ProbeResult,
     SandboxBackend,
     SandboxGone,
@@ -36,7 +41,7 @@ class FakeBackend(SandboxBackend):
         if self.fail_provision:
             raise BackendError(self.fail_provision)
         key = f"fake-{next(self._ids)}"
-        self.sandboxes[key] = {"spec": spec, "files": {}, "running": True}
+        self.sandboxes[key] = {"spec": spec, "files": {}, "running": True, "created": time.time()}
         return {"container_id": key}
 
     def _box(self, state: dict[str, Any]) -> dict[str, Any]:
@@ -96,6 +101,75 @@ class FakeBackend(SandboxBackend):
             return b"y\n" * (int(words[-1]) // 2), b"", 0, False
         return b"", f"fake: {words[0]}: command not found\n".encode(), 127, False
 
+    # --- background jobs: a plan of timed output, run against the wall clock ---------------
+    # `sleep N` steps advance the job's clock, `exit N` ends it, everything else prints (via
+    # _interpret) at the time it is reached; steps are separated by `;`. A job past its timeout
+    # ends with 124, as the real runner's `timeout` makes it, unless enforce_job_timeouts is off
+    # (to test the supervisor's own kill).
+    enforce_job_timeouts = True
+
+    def start_background(self, state, argv, *, cwd, env, job_id, timeout=None) -> dict[str, Any]:
+        box = self._box(state)
+        jobs = box.setdefault("jobs", {})
+        if job_id in jobs:
+            raise BackendError(f"job {job_id} exists")
+        events, duration, code = self._plan(box, argv, env)
+        if timeout is not None and duration > timeout and self.enforce_job_timeouts:
+            events = [(t, data) for t, data in events if t <= timeout]
+            duration, code = timeout, 124
+        jobs[job_id] = {
+            "started": time.monotonic(),
+            "events": events,
+            "duration": duration,
+            "code": code,
+            "cancelled_after": None,
+        }
+        directory = f"/workspace/.sandhub/jobs/{job_id}"
+        return {"job_id": job_id, "dir": directory, "log": f"{directory}/log", "pid": 1000}
+
+    def _plan(self, box, argv, env) -> tuple[list[tuple[float, bytes]], float, int]:
+        events, clock, code = [], 0.0, 0
+        script = argv[2] if argv[:2] == ["bash", "-c"] else shlex.join(argv)
+        for step in (s.strip() for s in script.split(";")):
+            words = shlex.split(step) if step else []
+            if not words:
+                continue
+            if words[0] == "sleep":
+                clock += float(words[1])
+                continue
+            if words[0] == "exit":
+                code = int(words[1])
+                break
+            out, err, code, _ = self._interpret(box, ["bash", "-c", step], env, 1e9)
+            events.append((clock, out + err))
+        return events, clock, code
+
+    def poll_background(self, state, job, tail_bytes) -> JobStatus:
+        record = self._box(state).get("jobs", {}).get(job["job_id"])
+        if record is None:
+            raise BackendError(f"no job {job['job_id']}")
+        now = time.monotonic() - record["started"]
+        end, code = record["duration"], record["code"]
+        if record["cancelled_after"] is not None and record["cancelled_after"] < end:
+            end, code = record["cancelled_after"], 143
+        log = b"".join(data for t, data in record["events"] if t <= min(now, end))
+        running = now < end
+        return JobStatus(
+            running=running,
+            exit_code=None if running else code,
+            output=log[-tail_bytes:] if tail_bytes else b"",
+            output_bytes=len(log),
+            cancelled=record["cancelled_after"] is not None,
+            elapsed_seconds=None if running else end,
+        )
+
+    def cancel_background(self, state, job) -> None:
+        record = self._box(state).get("jobs", {}).get(job["job_id"])
+        if record is not None and record["cancelled_after"] is None:
+            elapsed = time.monotonic() - record["started"]
+            if elapsed < record["duration"]:
+                record["cancelled_after"] = elapsed
+
     def put_files(self, state, dest_dir, tar_stream):
         box = self._box(state)
         with tarfile.open(fileobj=io.BytesIO(tar_stream)) as archive:
@@ -132,9 +206,45 @@ class FakeBackend(SandboxBackend):
         return entries
 
     def probe(self) -> ProbeResult:
+        if self.host.name in self.down_hosts:
+            return ProbeResult(healthy=False, error=f"{self.host.name} does not answer")
         return ProbeResult(
             healthy=True,
             cpu_percent=10.0,
             memory_percent=20.0,
             sandboxes_running=len(self.sandboxes),
         )
+
+    # --- lifecycle and warm pool (tests/test_lifecycle.py, tests/test_pool.py) ----------------
+    # Host names whose "engine" does not answer; a claim fails with fail_claim when set.
+    down_hosts: set[str] = set()
+    fail_claim: str | None = None
+
+    def list_managed(self) -> list[ManagedResource]:
+        if self.host.name in self.down_hosts:
+            raise BackendError(f"{self.host.name} does not answer")
+        return [
+            ManagedResource(
+                kind="container",
+                label_id=box["spec"].sandbox_id,
+                name=key,
+                created_at=box.get("created"),
+                instance=box["spec"].labels.get(LABEL_INSTANCE, ""),
+                pool=box["spec"].labels.get(LABEL_POOL) == "1",
+                running=box["running"],
+                state={"container_id": key},
+            )
+            for key, box in self.sandboxes.items()
+        ]
+
+    def provision_pool_member(self, spec: SandboxSpec) -> dict[str, Any]:
+        state = self.provision(replace(spec, labels={**spec.labels, LABEL_POOL: "1"}))
+        return {**state, "pool_id": spec.sandbox_id}
+
+    def claim_pool_member(self, state: dict[str, Any], spec: SandboxSpec) -> dict[str, Any]:
+        if self.fail_claim:
+            raise BackendError(self.fail_claim)
+        box = self._box(state)
+        box["limits"] = (spec.cpus, spec.memory_mb, spec.pids_limit)
+        box["claimed_by"] = spec.sandbox_id
+        return dict(state)

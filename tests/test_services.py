@@ -318,3 +318,24 @@ def test_rename_is_audited_and_viewer_refused(sandbox, as_alice, as_victor):
     assert row.details == {"from": "work", "to": "renamed"}
     with pytest.raises(PermissionDenied):
         services.rename_sandbox(as_victor, sandbox.id, "nope")
+
+
+def test_stream_errors_are_raised_by_the_call(sandbox, as_alice):
+    services.write_file(as_alice, sandbox.id, "dir/a.txt", "a")
+    with pytest.raises(NotFound):
+        services.open_file_stream(as_alice, sandbox.id, "missing.txt")
+    assert b"".join(services.open_file_stream(as_alice, sandbox.id, "dir/a.txt")) == b"a"
+
+
+def test_download_limit_is_enforced(sandbox, as_alice):
+    services.write_file(as_alice, sandbox.id, "big.bin", b"x" * 5000)
+    with pytest.raises(InvalidInput, match="more than 1000 bytes"):
+        services.download_files(as_alice, sandbox.id, ["big.bin"], max_bytes=1000)
+
+
+def test_audit_row_names_the_api_key(sandbox, alice, team_a):
+    from tenants.principal import Principal
+
+    keyed = Principal(user=alice, team=team_a, channel="api", extra={"api_key": "shk_abcd1234"})
+    services.get_sandbox(keyed, sandbox.id)
+    assert AuditLog.objects.filter(action="sandbox.get").get().details["api_key"] == "shk_abcd1234"

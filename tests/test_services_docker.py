@@ -158,3 +158,11 @@ def test_audit_and_history_rows_on_the_real_engine(sandbox, as_alice):
     assert AuditLog.objects.count() == before + 2
     rows = list(CommandExecution.objects.order_by("id").values_list("status", "exit_code"))
     assert [status for status, _ in rows] == ["failed", "timed_out"] and rows[0][1] == 7
+
+
+def test_reading_a_directory_or_streaming_one_is_refused(sandbox, as_alice):
+    services.write_file(as_alice, sandbox.id, "d/f.txt", "x")
+    with pytest.raises(InvalidInput, match="not a regular file"):
+        services.read_file(as_alice, sandbox.id, "d")
+    with pytest.raises(InvalidInput, match="is a directory"):
+        services.open_file_stream(as_alice, sandbox.id, "d")

@@ -66,6 +66,42 @@ class FileEntry:
     mode: str
 
 
+# Labels the platform puts in SandboxSpec.labels; backends that can label what they create keep
+# them, and report them back through list_managed().
+LABEL_INSTANCE = "org.sandhub.instance"  # which Sandhub deployment made it (reconciliation scope)
+LABEL_POOL = "org.sandhub.pool"  # "1" on warm-pool members, claimed or not
+
+
+@dataclass(frozen=True)
+class ManagedResource:
+    """One thing Sandhub made on a host (a container, a volume), as reconciliation sees it."""
+
+    kind: str  # "container" | "volume"
+    label_id: str  # the sandbox or warm-pool id written on it at creation (labels never change)
+    name: str
+    created_at: float | None  # unix time; None when the host cannot tell
+    instance: str = ""  # LABEL_INSTANCE, "" when unlabelled
+    pool: bool = False
+    running: bool = False
+    # What destroy() needs to remove exactly this resource.
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """A background job as its host sees it now (poll_background)."""
+
+    running: bool
+    exit_code: int | None  # None while running, and when the job vanished without one
+    output: bytes  # the last bytes of the log (stdout and stderr interleaved)
+    output_bytes: int  # the log's whole size
+    cancelled: bool = False  # cancel_background was called while it ran
+    # Start to end, by the host's own clock (None until it ended with an exit code).
+    elapsed_seconds: float | None = None
+    # Not running, no exit code, not cancelled: the job vanished (killed together with what
+    # records its exit code, or the sandbox restarted under it).
+
+
 @dataclass(frozen=True)
 class ProbeResult:
     healthy: bool
@@ -152,17 +188,35 @@ class SandboxBackend(abc.ABC):
     ) -> ExecResult:
         """Run argv; kill it inside the sandbox after `timeout` seconds (timed_out=True)."""
 
+    # Background jobs run detached on the host (own session, output to a log file there, exit
+    # code written to a file when they end), so they outlive the caller, the web process and
+    # the worker. The job dict start_background returns is JSON, stored by the caller and
+    # handed back to poll/cancel: it must be all they need, in any process, at any later time.
     def start_background(
-        self, state: dict[str, Any], argv: list[str], *, cwd: str, env: dict[str, str], job_id: str
+        self,
+        state: dict[str, Any],
+        argv: list[str],
+        *,
+        cwd: str,
+        env: dict[str, str],
+        job_id: str,
+        timeout: float | None = None,
     ) -> dict[str, Any]:
+        """Start argv detached; kill it on the host after `timeout` seconds (exit code 124).
+
+        job_id ([A-Za-z0-9_-], unique within the sandbox) names the job's log directory and
+        marks its processes. A cwd that does not exist is an ordinary failed job (126).
+        """
         raise Unsupported(f"{self.kind} backend has no background commands yet")
 
     def poll_background(
         self, state: dict[str, Any], job: dict[str, Any], tail_bytes: int
-    ) -> dict[str, Any]:
+    ) -> JobStatus:
+        """Running or not, exit code, and the last tail_bytes of the job's combined log."""
         raise Unsupported(f"{self.kind} backend has no background commands yet")
 
     def cancel_background(self, state: dict[str, Any], job: dict[str, Any]) -> None:
+        """Kill every process of the job (SIGTERM, then SIGKILL); idempotent."""
         raise Unsupported(f"{self.kind} backend has no background commands yet")
 
     # --- files -------------------------------------------------------------------------------
@@ -186,6 +240,30 @@ class SandboxBackend(abc.ABC):
     def list_sandbox_ids(self) -> Iterable[str]:
         """Sandbox ids the host carries (for reconciliation)."""
         return []
+
+    def list_managed(self) -> list[ManagedResource]:
+        """Every container and volume Sandhub made on the host, with its age (reconciliation).
+
+        A backend without it gets no orphan removal and no "lost" detection by listing.
+        """
+        raise Unsupported(f"{self.kind} backend cannot list what it made")
+
+    def probe_gpu(self) -> float | None:
+        """GPU use in percent where the host can tell (e.g. nvidia-smi), else None."""
+        return None
+
+    # --- warm pool (optional: the defaults mean "no pool on this kind of host") -------------
+    def provision_pool_member(self, spec: SandboxSpec) -> dict[str, Any]:
+        """Start a ready, unowned sandbox for the pool; spec.sandbox_id is the pool id."""
+        raise Unsupported(f"{self.kind} backend has no warm pool")
+
+    def claim_pool_member(self, state: dict[str, Any], spec: SandboxSpec) -> dict[str, Any]:
+        """Make a pool member the sandbox `spec` describes (limits, name); return its state.
+
+        Raises BackendError (the caller discards the member and provisions afresh) when the
+        spec cannot be applied to a running member.
+        """
+        raise Unsupported(f"{self.kind} backend has no warm pool")
 
     def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
         """Release connections held for this host."""

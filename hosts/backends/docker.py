@@ -55,6 +55,8 @@ from hosts.backends.base import (
     SandboxSpec,
     Unsupported,
 )
+from hosts.backends.docker_background import DockerBackgroundMixin
+from hosts.backends.docker_pool import DockerPoolMixin
 
 logger = logging.getLogger(__name__)
 
@@ -173,7 +175,7 @@ class _Deadline(Exception):
     """The caller's own deadline passed while the command's stream was still open."""
 
 
-class DockerBackend(SandboxBackend):
+class DockerBackend(DockerBackgroundMixin, DockerPoolMixin, SandboxBackend):
     kind = "docker"
 
     def __init__(self, host) -> None:

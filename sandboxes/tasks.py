@@ -1,0 +1,259 @@
+"""django-q2 tasks. Each is a thin call into sandboxes.services as the system; the schedules
+that run the lifecycle ones are created on migrate (sandboxes/schedules.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+from django_q.conf import Conf
+from django_q.tasks import async_task
+
+from sandboxes import services
+from sandboxes.models import CommandExecution, CommandStatus
+from tenants.principal import Principal
+
+logger = logging.getLogger(__name__)
+
+# --- lifecycle: auto-cleanup, host probes, reconciliation, warm pool -------------------------
+# Each returns a plain dict, which django-q2 keeps as the task's result (admin: Successful
+# tasks).
+
+
+def sweep() -> dict[str, Any]:
+    """Every minute: delete sandboxes past their lifetime or idle beyond the team's timeout."""
+    return services.sweep_expired_and_idle(Principal.system()).as_dict()
+
+
+def probe_hosts() -> dict[str, Any]:
+    """Every minute: health, cpu, memory and gpu use, and idle score of every enabled host."""
+    hosts = services.probe_all_hosts(Principal.system())
+    return {h.name: {"healthy": h.healthy, "idle_score": h.idle_score} for h in hosts}
+
+
+def reconcile() -> dict[str, Any]:
+    """Every 5 minutes: orphan containers removed, vanished sandboxes lost, silent hosts down."""
+    return services.reconcile_hosts(Principal.system()).as_dict()
+
+
+def refill_pools() -> dict[str, Any]:
+    """Every minute, and after each claim: bring every warm pool to its size."""
+    return services.refill_warm_pools(Principal.system()).as_dict()
+
+
+# --- background commands: supervision ----------------------------------------------------------
+# The command itself runs detached in its sandbox and records its own exit code there; these
+# tasks only watch it and write the end into its CommandExecution (see supervise_background).
+
+POLL_SECONDS = 1.0  # between two looks at a running command
+SLICE_SECONDS = 20.0  # one task supervises this long, then queues its continuation
+LEASE_SECONDS = 15.0  # a supervisor that has not renewed its lease for this long is gone
+RENEW_SECONDS = 5.0  # how often a supervisor renews its lease (one write, not one per poll)
+# A supervisor task queued but not started yet (workers busy) holds the command this long.
+QUEUED_LEASE_SECONDS = 120.0
+SUPERVISE = "sandboxes.tasks.supervise_background"
+
+
+def supervise_background(command_id: int, token: str | None = None) -> str:
+    """Watch one background command until it ends; record its end in its CommandExecution.
+
+    Every POLL_SECONDS it calls services.background_tick, which polls the job in the sandbox,
+    kills it once past its maximum runtime (the sandbox's own timeout normally gets there
+    first) and records the final status, exit code and output tail.
+
+    Restart safety. The job does not depend on this task: it runs in its own session inside
+    the sandbox and writes its exit code to a file there, so a supervisor that dies loses
+    nothing but time. Whoever looks next records the end: check_background, cancel_background,
+    or the next supervisor. Supervisors are found again through a lease kept in the row's
+    background_state["supervisor"] (token, expiry, host, pid and process start time of the
+    worker holding it):
+
+    - the supervisor renews its lease every RENEW_SECONDS; if it dies, the lease runs out after
+      LEASE_SECONDS, or at once if its holder was on this machine and its process is gone;
+    - `recover_background` queues a new supervisor for every running background command whose
+      lease is free like that. It runs when each worker process starts (django-q2's post_spawn
+      signal, see apps.py), so a worker killed with SIGKILL and restarted, or reincarnated by
+      the cluster, takes its commands back within seconds; and every minute as the schedule
+      sandhub.recover_background (created on migrate, sandboxes/schedules.py), for
+      supervisors lost any other way (a failed task, a worker on another machine). A command
+      with no lease yet waits QUEUED_LEASE_SECONDS for the supervisor start_background queued
+      (as does one whose queued supervisor waits for a busy worker) before it is recovered.
+    - Two supervisors never run one command at once: taking the lease is a row-locked
+      compare-and-set, and a supervisor that finds another's live lease returns.
+
+    django-q2's own redelivery is no help here: with the ORM broker an unacknowledged task
+    comes back only after Q_CLUSTER["retry"] seconds, set to the task timeout + 60 (an hour
+    by default); when it does come back it finds the lease taken or the command over and
+    returns. The row is the only record of who supervises, so every delivery is harmless.
+
+    The lease is bookkeeping about workers, so it lives here; what a look at the command
+    means (its status, its kill, its record) is decided in services.background_tick.
+
+    Slices. One task watches for SLICE_SECONDS (less if the cluster's timeout or retry is
+    shorter), then queues its continuation under the same token and returns: a job that
+    runs for hours never holds a worker for hours (other tasks get their turn between
+    slices), never hits the cluster's task timeout, and a graceful worker stop waits at most
+    one slice.
+    """
+    token = token or uuid.uuid4().hex
+    system = Principal.system()
+    stop_at = time.monotonic() + _slice_seconds()
+    while True:
+        if not _hold_lease(command_id, token):
+            return "supervised elsewhere, or over"
+        if services.background_tick(system, command_id):
+            return "over"
+        if time.monotonic() >= stop_at:
+            return "continued" if _continue_later(command_id, token) else "handed over"
+        time.sleep(POLL_SECONDS)
+
+
+def recover_background() -> dict[str, Any]:
+    """Queue a supervisor for every running background command that has none (see above)."""
+    running = CommandExecution.objects.filter(background=True, status=CommandStatus.RUNNING)
+    requeued = []
+    for pk, started_at in running.values_list("pk", "started_at"):
+        token = uuid.uuid4().hex
+        if _take_lease(pk, _queued_lease(token), lambda lease, s=started_at: _orphaned(lease, s)):
+            async_task(SUPERVISE, pk, token, task_name=f"supervise-background-{pk}")
+            requeued.append(pk)
+    if requeued:
+        logger.info("background commands re-supervised: %s", requeued)
+    return {"requeued": requeued}
+
+
+def recover_on_worker_start(sender: Any = None, **kwargs: Any) -> None:
+    """django-q2 post_spawn receiver: a new worker process queues recover_background."""
+    try:
+        async_task("sandboxes.tasks.recover_background", task_name="recover-background")
+    except Exception:  # never keep a worker from starting; the schedule recovers later
+        logger.exception("could not queue recover_background")
+
+
+def _slice_seconds() -> float:
+    bounds = [SLICE_SECONDS]
+    if Conf.TIMEOUT:
+        bounds.append(Conf.TIMEOUT - 10)  # stay well under the cluster's task timeout
+    if Conf.RETRY:
+        bounds.append(Conf.RETRY / 2)  # and never look unacknowledged for too long
+    return max(POLL_SECONDS, min(bounds))
+
+
+def _continue_later(command_id: int, token: str) -> bool:
+    """Queue the next slice under our token, if the command is still ours."""
+    if not _take_lease(command_id, _queued_lease(token), lambda lease: _ours(lease, token)):
+        return False
+    async_task(SUPERVISE, command_id, token, task_name=f"supervise-background-{command_id}")
+    return True
+
+
+def _hold_lease(command_id: int, token: str) -> bool:
+    """Take or renew our lease; False when another live supervisor has it, or it is over."""
+    state = (
+        CommandExecution.objects.filter(pk=command_id, status=CommandStatus.RUNNING)
+        .values_list("background_state", flat=True)
+        .first()
+    )
+    if state is None:
+        return False
+    lease = (state or {}).get("supervisor")
+    fresh = _ours(lease, token) and lease["until"] - time.time() > LEASE_SECONDS - RENEW_SECONDS
+    if fresh and lease.get("pid") == os.getpid():
+        return True  # we renewed it a moment ago: no write
+    return _take_lease(command_id, _holder_lease(token), lambda old: _free_for(old, token))
+
+
+def _take_lease(
+    command_id: int, lease: dict[str, Any], allowed: Callable[[dict[str, Any] | None], bool]
+) -> bool:
+    """Compare-and-set of the lease under a row lock (an IMMEDIATE transaction on SQLite)."""
+    with transaction.atomic():
+        row = (
+            CommandExecution.objects.select_for_update()
+            .filter(pk=command_id, status=CommandStatus.RUNNING)
+            .only("background_state")
+            .first()
+        )
+        if row is None or not allowed((row.background_state or {}).get("supervisor")):
+            return False
+        state = {**(row.background_state or {}), "supervisor": lease}
+        CommandExecution.objects.filter(pk=command_id).update(background_state=state)
+    return True
+
+
+def _holder_lease(token: str) -> dict[str, Any]:
+    pid = os.getpid()
+    return {
+        "token": token,
+        "until": time.time() + LEASE_SECONDS,
+        "host": socket.gethostname(),
+        "pid": pid,
+        "pstart": _process_start(pid),
+    }
+
+
+def _queued_lease(token: str) -> dict[str, Any]:
+    return {"token": token, "until": time.time() + QUEUED_LEASE_SECONDS}
+
+
+def _ours(lease: dict[str, Any] | None, token: str) -> bool:
+    return bool(lease) and lease.get("token") == token
+
+
+def _free_for(lease: dict[str, Any] | None, token: str) -> bool:
+    return _ours(lease, token) or _orphaned(lease, None)
+
+
+def _orphaned(lease: dict[str, Any] | None, started_at: datetime | None) -> bool:
+    """Nobody supervises: the lease ran out, or its holder's process is gone."""
+    if not lease:
+        # Its first supervisor is queued by start_background: give that one its chance.
+        if started_at is None:
+            return True
+        return (timezone.now() - started_at).total_seconds() > QUEUED_LEASE_SECONDS
+    if float(lease.get("until") or 0) < time.time():
+        return True
+    pid = lease.get("pid")
+    if not pid or lease.get("host") != socket.gethostname():
+        return False  # a holder on another machine: only its lease's expiry tells
+    return not _process_alive(int(pid), lease.get("pstart"))
+
+
+def _process_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (Linux), to tell a reused pid."""
+    fields = _proc_stat(pid)
+    return fields[19] if fields else None
+
+
+def _process_alive(pid: int, start: str | None) -> bool:
+    fields = _proc_stat(pid)
+    if fields is not None:
+        return fields[0] not in ("Z", "X") and (start is None or fields[19] == start)
+    if os.path.isdir("/proc/self"):
+        return False  # Linux, and no such process
+    try:
+        os.kill(pid, 0)  # elsewhere: ask the kernel (a reused pid reads as alive)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat after the command name: state, ppid, ..., starttime at 19."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields if len(fields) > 19 else None

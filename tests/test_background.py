@@ -1,0 +1,419 @@
+"""Background commands: start, check, cancel, supervision by a real worker, restart safety.
+
+The first part runs the services on the in-memory backend, with the supervisor called in this
+process. The second runs them on the real Docker engine with a real `manage.py qcluster`
+(tests/qcluster.py) supervising, on committed data (transactional tests).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from datetime import timedelta
+
+import docker
+import pytest
+from django.utils import timezone
+from django_q.models import OrmQ
+from django_q.signing import SignedPackage
+
+from sandboxes import services, tasks
+from sandboxes.errors import InvalidInput, NotFound, PermissionDenied, QuotaExceeded
+from sandboxes.models import CommandExecution, Sandbox
+from tenants.models import AuditLog
+from tests.qcluster import qcluster  # noqa: F401  (fixture)
+
+
+def wait_for(condition: Callable[[], object], timeout: float, what: str, interval: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(interval)
+
+
+def audit_actions(sandbox_id: str) -> list[tuple[str, str]]:
+    rows = AuditLog.objects.filter(target_id=sandbox_id, action__startswith="command.background")
+    return sorted((row.action, row.outcome) for row in rows)
+
+
+def queued_supervisors() -> list[tuple]:
+    """(func, args) of the tasks waiting in the ORM broker's queue."""
+    packages = [SignedPackage.loads(row.payload) for row in OrmQ.objects.all()]
+    return [(p["func"], tuple(p["args"])) for p in packages]
+
+
+# --- fast: the services on the in-memory backend ----------------------------------------------
+
+
+@pytest.fixture
+def fake_sandbox(fake_backend, as_alice):
+    return services.create_sandbox(as_alice).id
+
+
+@pytest.fixture
+def fast_supervisor(monkeypatch):
+    monkeypatch.setattr(tasks, "POLL_SECONDS", 0.01)
+
+
+def test_start_returns_at_once_and_queues_its_supervisor(
+    fake_sandbox, as_alice, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        result = services.start_background(as_alice, fake_sandbox, "sleep 30", env={"A": "1"})
+    assert (result.status, result.background, result.exit_code) == ("running", True, None)
+    row = CommandExecution.objects.get(pk=result.id)
+    assert row.background and row.kind == "command" and row.started_at is not None
+    assert row.timeout_seconds == 3600  # the platform's maximum by default
+    job = row.background_state["job"]
+    assert job["job_id"].startswith(f"{row.pk}-") and job["log"].endswith("/log")
+    assert queued_supervisors() == [("sandboxes.tasks.supervise_background", (row.pk,))]
+    assert audit_actions(fake_sandbox) == [("command.background.start", "ok")]
+
+
+def test_check_reads_live_then_records_the_end(fake_sandbox, as_alice, fake_backend):
+    result = services.start_background(
+        as_alice, fake_sandbox, "echo one; echo two; sleep 0.3; echo three; exit 4"
+    )
+    running = services.check_background(as_alice, fake_sandbox, result.id)
+    assert running.running and running.status == "running" and running.exit_code is None
+    assert running.output == "one\ntwo\n" and running.elapsed_seconds < 1
+    Sandbox.objects.filter(public_id=fake_sandbox).update(
+        last_activity_at=timezone.now() - timedelta(hours=1)
+    )
+    time.sleep(0.35)
+    done = services.check_background(as_alice, fake_sandbox, result.id, tail_lines=2)
+    assert (done.running, done.status, done.exit_code) == (False, "failed", 4)
+    assert done.output == "two\nthree\n" and done.output_truncated and done.output_bytes == 14
+    row = CommandExecution.objects.get(pk=result.id)
+    assert (row.status, row.exit_code, row.stdout, row.stdout_bytes) == (
+        "failed",
+        4,
+        "one\ntwo\nthree\n",
+        14,
+    )
+    assert row.finished_at is not None and row.duration_seconds == pytest.approx(0.3)
+    # Checking is activity: the sandbox is not idle while someone follows its job.
+    activity = Sandbox.objects.get(public_id=fake_sandbox).last_activity_at
+    assert timezone.now() - activity < timedelta(minutes=1)
+    assert audit_actions(fake_sandbox) == [
+        ("command.background.check", "ok"),
+        ("command.background.check", "ok"),
+        ("command.background.start", "ok"),
+    ]
+
+
+def test_supervisor_records_the_end(fake_sandbox, as_alice, fast_supervisor):
+    result = services.start_background(as_alice, fake_sandbox, "sleep 0.2; echo done")
+    assert tasks.supervise_background(result.id) == "over"
+    row = CommandExecution.objects.get(pk=result.id)
+    assert (row.status, row.exit_code, row.stdout) == ("succeeded", 0, "done\n")
+    assert row.background_state["supervisor"]["pid"] == os.getpid()
+
+
+def test_sandbox_timeout_is_recorded_as_timed_out(fake_sandbox, as_alice, fast_supervisor):
+    result = services.start_background(
+        as_alice, fake_sandbox, "echo start; sleep 60", max_runtime_seconds=0.2
+    )
+    tasks.supervise_background(result.id)
+    row = CommandExecution.objects.get(pk=result.id)
+    assert (row.status, row.exit_code, row.stdout) == ("timed_out", 124, "start\n")
+    assert "maximum runtime of 0.2 s" in row.error_message
+
+
+def test_supervisor_kills_a_job_the_sandbox_failed_to_stop(
+    fake_sandbox, as_alice, fake_backend, fast_supervisor, monkeypatch
+):
+    monkeypatch.setattr(fake_backend, "enforce_job_timeouts", False)
+    monkeypatch.setattr(services, "BACKGROUND_KILL_GRACE_SECONDS", 0.1)
+    result = services.start_background(as_alice, fake_sandbox, "sleep 60", max_runtime_seconds=0.2)
+    started = time.monotonic()
+    tasks.supervise_background(result.id)
+    assert 0.3 <= time.monotonic() - started < 5
+    row = CommandExecution.objects.get(pk=result.id)
+    assert row.status == "timed_out" and row.exit_code == 143
+
+
+def test_cancel_records_cancelled_once(fake_sandbox, as_alice):
+    result = services.start_background(as_alice, fake_sandbox, "echo hi; sleep 60")
+    cancelled = services.cancel_background(as_alice, fake_sandbox, result.id)
+    assert (cancelled.status, cancelled.running, cancelled.output) == ("cancelled", False, "hi\n")
+    again = services.cancel_background(as_alice, fake_sandbox, result.id)
+    assert again.status == "cancelled"
+    assert services.check_background(as_alice, fake_sandbox, result.id).status == "cancelled"
+    # The supervisor finds nothing left to do.
+    assert tasks.supervise_background(result.id) == "supervised elsewhere, or over"
+
+
+def test_cancel_of_a_finished_command_keeps_its_result(fake_sandbox, as_alice):
+    result = services.start_background(as_alice, fake_sandbox, "echo quick")
+    outcome = services.cancel_background(as_alice, fake_sandbox, result.id)
+    assert (outcome.status, outcome.exit_code, outcome.output) == ("succeeded", 0, "quick\n")
+
+
+def test_other_team_gets_not_found_and_viewer_is_refused(fake_sandbox, as_alice, as_bob, as_victor):
+    result = services.start_background(as_alice, fake_sandbox, "sleep 60")
+    calls = [
+        lambda who: services.start_background(who, fake_sandbox, "true"),
+        lambda who: services.check_background(who, fake_sandbox, result.id),
+        lambda who: services.cancel_background(who, fake_sandbox, result.id),
+    ]
+    for call in calls:
+        with pytest.raises(NotFound, match=f"sandbox {fake_sandbox} not found"):
+            call(as_bob)
+    with pytest.raises(PermissionDenied):
+        services.start_background(as_victor, fake_sandbox, "true")
+    with pytest.raises(PermissionDenied):
+        services.cancel_background(as_victor, fake_sandbox, result.id)
+    assert services.check_background(as_victor, fake_sandbox, result.id).running
+    # A command id from elsewhere (or a foreground one) is not a background command here.
+    foreground = services.run_command(as_alice, fake_sandbox, "echo hi")
+    with pytest.raises(NotFound, match=f"background command {foreground.id} not found"):
+        services.check_background(as_alice, fake_sandbox, foreground.id)
+    assert CommandExecution.objects.filter(sandbox__public_id=fake_sandbox).count() == 2
+    outcomes = [outcome for _, outcome in audit_actions(fake_sandbox)]
+    assert sorted(outcomes) == ["forbidden"] * 2 + ["not_found"] * 4 + ["ok"] * 2
+
+
+def test_inputs_and_limits(fake_sandbox, as_alice):
+    with pytest.raises(InvalidInput, match="timeout must be between"):
+        services.start_background(as_alice, fake_sandbox, "true", max_runtime_seconds=10**6)
+    with pytest.raises(InvalidInput, match="command is empty"):
+        services.start_background(as_alice, fake_sandbox, "  ")
+    started = services.start_background(as_alice, fake_sandbox, "sleep 60")
+    with pytest.raises(InvalidInput, match="tail_lines"):
+        services.check_background(as_alice, fake_sandbox, started.id, tail_lines=-1)
+    for _ in range(services.MAX_BACKGROUND_PER_SANDBOX - 1):
+        services.start_background(as_alice, fake_sandbox, "sleep 60")
+    with pytest.raises(QuotaExceeded, match="at most 10 background commands"):
+        services.start_background(as_alice, fake_sandbox, "sleep 60")
+
+
+def test_deleted_sandbox_ends_its_running_command(fake_sandbox, as_alice, fast_supervisor):
+    result = services.start_background(as_alice, fake_sandbox, "sleep 60")
+    services.delete_sandbox(as_alice, fake_sandbox)
+    assert tasks.supervise_background(result.id) == "over"
+    row = CommandExecution.objects.get(pk=result.id)
+    assert row.status == "error" and "deleted" in row.error_message
+
+
+def _lease(command_id: int, **lease) -> None:
+    row = CommandExecution.objects.get(pk=command_id)
+    row.background_state = {**row.background_state, "supervisor": lease}
+    row.save(update_fields=["background_state"])
+
+
+def test_recovery_requeues_only_commands_without_a_live_supervisor(fake_sandbox, as_alice):
+    ids = [services.start_background(as_alice, fake_sandbox, "sleep 60").id for _ in range(5)]
+    dead, expired, live, young, old = ids
+    host = tasks.socket.gethostname()
+    _lease(dead, token="t1", until=time.time() + 60, host=host, pid=2**22 + 7, pstart="1")
+    _lease(expired, token="t2", until=time.time() - 1, host="elsewhere", pid=1)
+    _lease(
+        live,
+        token="t3",
+        until=time.time() + 60,
+        host=host,
+        pid=os.getpid(),
+        pstart=tasks._process_start(os.getpid()),
+    )
+    # `young` has no lease yet: its first supervisor is still queued.
+    CommandExecution.objects.filter(pk=old).update(started_at=timezone.now() - timedelta(hours=1))
+    report = tasks.recover_background()
+    assert sorted(report["requeued"]) == sorted([dead, expired, old])
+    assert {args[0] for func, args in queued_supervisors()} == {dead, expired, old}
+    # Requeued ones hold a "queued" lease now: a second recovery leaves them alone.
+    assert tasks.recover_background() == {"requeued": []}
+
+
+def test_a_second_supervisor_steps_back(fake_sandbox, as_alice, fast_supervisor):
+    result = services.start_background(as_alice, fake_sandbox, "sleep 60")
+    _lease(
+        result.id,
+        token="other",
+        until=time.time() + 60,
+        host=tasks.socket.gethostname(),
+        pid=os.getpid(),
+        pstart=tasks._process_start(os.getpid()),
+    )
+    assert tasks.supervise_background(result.id) == "supervised elsewhere, or over"
+    assert CommandExecution.objects.get(pk=result.id).status == "running"
+
+
+def test_supervisor_continues_in_slices(fake_sandbox, as_alice, fast_supervisor, monkeypatch):
+    monkeypatch.setattr(tasks, "SLICE_SECONDS", 0.05)
+    result = services.start_background(as_alice, fake_sandbox, "sleep 60")
+    assert tasks.supervise_background(result.id, "tok") == "continued"
+    assert ("sandboxes.tasks.supervise_background", (result.id, "tok")) in queued_supervisors()
+    lease = CommandExecution.objects.get(pk=result.id).background_state["supervisor"]
+    assert lease["token"] == "tok" and "pid" not in lease  # queued, for the continuation
+    assert tasks.recover_background() == {"requeued": []}
+
+
+# --- the real thing: Docker engine and a qcluster worker --------------------------------------
+
+
+@pytest.fixture(scope="module")
+def engine():
+    client = docker.from_env()
+    yield client
+    client.close()
+
+
+def processes(engine, sandbox_id: str) -> str:
+    """`ps` inside the sandbox, straight through the engine (no service call, no audit row)."""
+    container = engine.containers.get(f"sandhub-{sandbox_id}")
+    return container.exec_run(["ps", "-eo", "pid,pgid,sid,args"], user="1000").output.decode()
+
+
+@pytest.fixture
+def sandbox(transactional_db, real_docker, as_alice, engine):
+    info = services.create_sandbox(as_alice, memory_mb=256)
+    yield info.id
+    if Sandbox.objects.get(public_id=info.id).status != "deleted":
+        services.delete_sandbox(as_alice, info.id)
+    assert (
+        engine.containers.list(all=True, filters={"label": f"org.sandhub.sandbox={info.id}"}) == []
+    )
+
+
+def final_row(command_id: int, timeout: float) -> CommandExecution:
+    return wait_for(
+        lambda: CommandExecution.objects.filter(pk=command_id).exclude(status="running").first(),
+        timeout,
+        f"command {command_id} to be recorded as ended",
+    )
+
+
+@pytest.mark.docker
+def test_background_command_outlives_its_request(sandbox, as_alice, engine, qcluster):  # noqa: F811
+    script = "echo begin; for i in 1 2 3 4 5; do sleep 1; echo tick $i; done; echo oops >&2; exit 3"
+    started = time.monotonic()
+    result = services.start_background(as_alice, sandbox, script, max_runtime_seconds=60)
+    assert time.monotonic() - started < 2
+    assert (result.status, result.background) == ("running", True)
+
+    check = services.check_background(as_alice, sandbox, result.id)
+    assert check.running and check.status == "running" and check.exit_code is None
+    assert check.log_path.startswith("/workspace/.sandhub/jobs/")
+    wait_for(lambda: "sleep 1" in processes(engine, sandbox), 5, "the job's processes")
+
+    # The worker, not a check, records the end: nobody looks until the row has changed.
+    row = final_row(result.id, 20)
+    assert (row.status, row.exit_code) == ("failed", 3)
+    assert row.stdout == "begin\ntick 1\ntick 2\ntick 3\ntick 4\ntick 5\noops\n"
+    assert row.stdout_bytes == len(row.stdout) and not row.stdout_truncated
+    assert 5 <= row.duration_seconds < 10
+    assert row.background_state["supervisor"]["pid"] != os.getpid()
+
+    done = services.check_background(as_alice, sandbox, result.id, tail_lines=2)
+    assert (done.running, done.status, done.exit_code) == (False, "failed", 3)
+    assert done.output == "tick 5\noops\n" and done.output_truncated
+    assert "sleep 1" not in processes(engine, sandbox)
+    # The whole log stays in the sandbox's workspace.
+    log = services.read_file(as_alice, sandbox, done.log_path).content.decode()
+    assert log == row.stdout
+    assert audit_actions(sandbox) == [
+        ("command.background.check", "ok"),
+        ("command.background.check", "ok"),
+        ("command.background.start", "ok"),
+    ]
+    assert CommandExecution.objects.filter(sandbox__public_id=sandbox).count() == 1
+
+
+@pytest.mark.docker
+def test_cancel_kills_every_process_of_the_command(sandbox, as_alice, engine, qcluster):  # noqa: F811
+    script = "sleep 301 & setsid sleep 302 & (trap '' TERM; sleep 303) & sleep 304"
+    result = services.start_background(as_alice, sandbox, script)
+    wait_for(lambda: "sleep 304" in processes(engine, sandbox), 5, "the job's processes")
+    assert services.check_background(as_alice, sandbox, result.id).running
+
+    cancelled = services.cancel_background(as_alice, sandbox, result.id)
+    assert (cancelled.status, cancelled.running) == ("cancelled", False)
+    assert "sleep 30" not in processes(engine, sandbox)
+    time.sleep(1.5)  # the supervisor's next look changes nothing
+    row = CommandExecution.objects.get(pk=result.id)
+    assert row.status == "cancelled" and row.finished_at is not None
+    assert services.cancel_background(as_alice, sandbox, result.id).status == "cancelled"
+    assert audit_actions(sandbox) == [
+        ("command.background.cancel", "ok"),
+        ("command.background.cancel", "ok"),
+        ("command.background.check", "ok"),
+        ("command.background.start", "ok"),
+    ]
+
+
+@pytest.mark.docker
+def test_cancel_stops_a_fork_bomb(sandbox, as_alice, engine):
+    result = services.start_background(as_alice, sandbox, "f(){ f | f; }; f")
+    time.sleep(1.5)  # long enough to use up the sandbox's pids limit
+    cancelled = services.cancel_background(as_alice, sandbox, result.id)
+    assert cancelled.status == "cancelled"
+    left = processes(engine, sandbox).splitlines()[1:]
+    assert [line.split(None, 3)[3] for line in left if "ps -eo" not in line] == [
+        "/usr/bin/tini -- sleep infinity",
+        "sleep infinity",
+    ]
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("crash", ["whole cluster", "one worker"])
+def test_worker_killed_and_restarted_still_records_the_end(
+    crash,
+    sandbox,
+    as_alice,
+    engine,
+    qcluster,  # noqa: F811
+):
+    result = services.start_background(as_alice, sandbox, "sleep 4; echo finished; exit 7")
+    lease = wait_for(
+        lambda: CommandExecution.objects.get(pk=result.id).background_state.get("supervisor"),
+        10,
+        "a worker to supervise the command",
+    )
+    assert lease.get("pid")
+    if crash == "whole cluster":
+        qcluster.kill()  # SIGKILL to every process of the cluster, mid-supervision
+    else:
+        os.kill(lease["pid"], signal.SIGKILL)  # the cluster reincarnates the worker
+    assert CommandExecution.objects.get(pk=result.id).status == "running"
+    assert "sleep 4" in processes(engine, sandbox)  # the job does not depend on the worker
+
+    if crash == "whole cluster":
+        qcluster.start()
+    row = final_row(result.id, 30)
+    assert (row.status, row.exit_code, row.stdout) == ("failed", 7, "finished\n")
+    assert row.background_state["supervisor"]["pid"] != lease["pid"]
+    line = f"re-supervised: [{result.id}]"
+    wait_for(lambda: line in qcluster.log_since_start(), 5, "the recovery's log line")
+
+
+@pytest.mark.docker
+def test_max_runtime_exceeded_is_timed_out_and_killed(sandbox, as_alice, engine, qcluster):  # noqa: F811
+    script = "echo going; sleep 300 & setsid sleep 305 & sleep 306"
+    result = services.start_background(as_alice, sandbox, script, max_runtime_seconds=2)
+    row = final_row(result.id, 15)
+    assert (row.status, row.exit_code, row.stdout) == ("timed_out", 124, "going\n")
+    assert 2 <= row.duration_seconds < 6
+    assert "maximum runtime of 2 s" in row.error_message
+    assert "sleep 30" not in processes(engine, sandbox)
+
+
+@pytest.mark.docker
+def test_access_on_the_real_engine(sandbox, as_alice, as_bob, as_victor, engine):
+    result = services.start_background(as_alice, sandbox, "sleep 30")
+    with pytest.raises(NotFound):
+        services.check_background(as_bob, sandbox, result.id)
+    with pytest.raises(NotFound):
+        services.cancel_background(as_bob, sandbox, result.id)
+    with pytest.raises(PermissionDenied):
+        services.cancel_background(as_victor, sandbox, result.id)
+    assert services.check_background(as_victor, sandbox, result.id).running
+    assert "sleep 30" in processes(engine, sandbox)
+    services.cancel_background(as_alice, sandbox, result.id)
+    assert len(audit_actions(sandbox)) == 6
