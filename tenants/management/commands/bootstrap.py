@@ -24,7 +24,13 @@ from tenants.principal import Principal
 
 PASSWORD_ENV = "SANDHUB_ADMIN_PASSWORD"
 DEFAULT_IMAGE_NAME = "python"
-LOGIN_URL = "http://127.0.0.1:8000/admin/"
+
+
+def login_url() -> str:
+    """Where `make run` serves (scripts/run.sh reads the same two variables)."""
+    host = os.environ.get("SANDHUB_BIND_HOST", "127.0.0.1")
+    port = os.environ.get("SANDHUB_BIND_PORT", "8000")
+    return f"http://{host}:{port}/admin/"
 
 
 class Command(BaseCommand):
@@ -161,7 +167,7 @@ class Command(BaseCommand):
 
     def _print_login(self, user: Any, generated_password: str | None) -> None:
         self.stdout.write("")
-        self.stdout.write(f"Log in at {LOGIN_URL} as {user.get_username()!r}.")
+        self.stdout.write(f"Log in at {login_url()} as {user.get_username()!r}.")
         if generated_password:
             self.stdout.write(
                 self.style.WARNING(
