@@ -9,7 +9,14 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from hosts.backends.base import FileEntry
-from sandboxes.results import CommandResult, FileContent, HostInfo, SandboxInfo, UploadResult
+from sandboxes.results import (
+    BackgroundCheck,
+    CommandResult,
+    FileContent,
+    HostInfo,
+    SandboxInfo,
+    UploadResult,
+)
 
 Encoding = Literal["auto", "text", "base64"]
 
@@ -245,3 +252,67 @@ def encode(content: bytes, encoding: Encoding) -> tuple[Literal["text", "base64"
             if encoding == "text":
                 return "text", content.decode("utf-8", errors="replace")
     return "base64", base64.b64encode(content).decode("ascii")
+
+
+class BackgroundStarted(BaseModel):
+    task_id: int = Field(
+        description="pass it to check_background / cancel_background; also its command_id "
+        "in the history"
+    )
+    sandbox_id: str
+    command: str
+    status: str = Field(description="running once started")
+    started_at: datetime | None
+
+    @classmethod
+    def of(cls, result: CommandResult) -> BackgroundStarted:
+        return cls(
+            task_id=result.id,
+            sandbox_id=result.sandbox_id,
+            command=result.command,
+            status=result.status,
+            started_at=result.created_at,
+        )
+
+
+class BackgroundStatus(BaseModel):
+    task_id: int
+    sandbox_id: str
+    command: str
+    running: bool
+    status: str = Field(
+        description="running, succeeded, failed (non-zero exit), timed_out (killed at its "
+        "max_runtime_seconds), cancelled, or error (it could not run, or its sandbox went)"
+    )
+    exit_code: int | None = Field(description="null while it runs")
+    output: str = Field(
+        description="the last lines of its log, stdout and stderr interleaved as they came"
+    )
+    output_truncated: bool = Field(description="false: output is the whole log so far")
+    output_bytes: int = Field(description="size of the whole log so far")
+    elapsed_seconds: float | None = Field(description="so far while it runs; start to end after")
+    max_runtime_seconds: float = Field(description="it is killed (timed_out) after this long")
+    log_path: str = Field(description="the whole log in the sandbox, for read_file")
+    error_message: str
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @classmethod
+    def of(cls, check: BackgroundCheck) -> BackgroundStatus:
+        return cls(
+            task_id=check.id,
+            sandbox_id=check.sandbox_id,
+            command=check.command,
+            running=check.running,
+            status=check.status,
+            exit_code=check.exit_code,
+            output=check.output,
+            output_truncated=check.output_truncated,
+            output_bytes=check.output_bytes,
+            elapsed_seconds=check.elapsed_seconds,
+            max_runtime_seconds=check.max_runtime_seconds,
+            log_path=check.log_path,
+            error_message=check.error_message,
+            started_at=check.started_at,
+            finished_at=check.finished_at,
+        )

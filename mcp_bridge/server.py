@@ -9,14 +9,23 @@ from __future__ import annotations
 from fastmcp import FastMCP
 from fastmcp.server.auth import AuthProvider
 
-from mcp_bridge import prompts, resources, tools_commands, tools_files, tools_sandboxes
+from mcp_bridge import (
+    prompts,
+    resources,
+    tools_background,
+    tools_commands,
+    tools_files,
+    tools_sandboxes,
+)
 
 INSTRUCTIONS = """\
 Sandhub gives you isolated Linux sandboxes (python3, bash, git; files in /workspace) to run
 code in. Typical use: create_sandbox (it becomes your selected sandbox, so later calls may
 omit sandbox_id), upload_files, run_command / run_python / run_tests, read_file or
-download_files, then delete_sandbox. run_once does create-run-delete in one call. Sandboxes
-have no network unless your team allows it. Errors say what to change.
+download_files, then delete_sandbox. run_once does create-run-delete in one call. For long
+jobs (servers, builds) start_background returns a task id at once; follow it with
+check_background, stop it with cancel_background. Sandboxes have no network unless your team
+allows it. Errors say what to change.
 """
 
 
@@ -32,6 +41,7 @@ def build_server(auth: AuthProvider | None = None) -> FastMCP:
     )
     tools_sandboxes.register(mcp)
     tools_commands.register(mcp)
+    tools_background.register(mcp)
     tools_files.register(mcp)
     resources.register(mcp)
     prompts.register(mcp)

@@ -14,7 +14,14 @@ from django.utils.html import format_html
 
 from hosts.admin import apply_each
 from sandboxes import services
-from sandboxes.models import CommandExecution, Sandbox, SandboxStatus, WarmContainer
+from sandboxes.errors import InvalidInput
+from sandboxes.models import (
+    CommandExecution,
+    CommandStatus,
+    Sandbox,
+    SandboxStatus,
+    WarmContainer,
+)
 from tenants.admin import ReadOnlyAdminMixin, admin_principal, pretty_json
 
 # Everything on the change page but the name is history or owned by the services.
@@ -202,8 +209,52 @@ class CommandExecutionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             "Times",
             {"fields": ["created_at", "started_at", "finished_at", "duration_seconds"]},
         ),
+        # Background commands only: the job in the sandbox (its log path) and the lease of
+        # the worker supervising it (sandboxes/tasks.py).
+        ("Background", {"fields": ["background_state_pretty"]}),
     ]
     readonly_fields = [field for _, options in fieldsets for field in options["fields"]]
+    # History stays read-only; cancelling a background command goes through the service
+    # (processes killed in the sandbox, the end recorded, audited).
+    actions = ["cancel_background"]
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None):
+        fieldsets = super().get_fieldsets(request, obj)
+        if obj is None or not obj.background:
+            return [entry for entry in fieldsets if entry[0] != "Background"]
+        return fieldsets
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        # The rows are never edited here; Django's "change command execution" permission
+        # grants cancelling background commands through the service.
+        return request.user.has_perm("sandboxes.change_commandexecution")
+
+    @admin.action(description="Cancel selected background commands", permissions=["cancel"])
+    def cancel_background(self, request: HttpRequest, queryset: QuerySet[CommandExecution]) -> None:
+        apply_each(
+            self, request, queryset.select_related("sandbox__team"), self._cancel_one(request)
+        )
+
+    def _cancel_one(self, request: HttpRequest):
+        def call(execution: CommandExecution) -> str:
+            sandbox = execution.sandbox
+            label = f"command {execution.pk} in {sandbox.public_id}"
+            if not execution.background:
+                raise InvalidInput(f"{label} is not a background command; it cannot be cancelled")
+            if execution.status not in (CommandStatus.QUEUED, CommandStatus.RUNNING):
+                return f"{label}: already {execution.status}"
+            # The sandbox's team on the principal files the audit row under that team.
+            principal = admin_principal(request, team=sandbox.team)
+            check = services.cancel_background(principal, sandbox.public_id, execution.pk)
+            if check.status == CommandStatus.CANCELLED:
+                return f"{label}: cancelled"
+            return f"{label}: had already ended ({check.status})"
+
+        return call
+
+    @admin.display(description="background state")
+    def background_state_pretty(self, execution: CommandExecution) -> str:
+        return pretty_json(execution.background_state)
 
     @admin.display(description="command")
     def short_command(self, execution: CommandExecution) -> str:

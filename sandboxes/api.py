@@ -15,6 +15,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import StreamingHttpResponse
+from django.urls import reverse
 from django.utils.http import content_disposition_header
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.types import OpenApiTypes
@@ -27,6 +28,8 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from sandboxes import services
 from sandboxes.api_serializers import (
+    BackgroundCheckQuerySerializer,
+    BackgroundCheckSerializer,
     CommandSerializer,
     ErrorSerializer,
     FileEntrySerializer,
@@ -34,6 +37,7 @@ from sandboxes.api_serializers import (
     RunCommandSerializer,
     SandboxCreateSerializer,
     SandboxSerializer,
+    StartBackgroundSerializer,
     UploadFormSerializer,
     UploadResultSerializer,
 )
@@ -205,6 +209,90 @@ class CommandDetailView(ServiceView):
     def get(self, request: Request, command_id: int) -> Response:
         result = services.get_command(principal(request), command_id)
         return Response(CommandSerializer(result).data)
+
+
+# --- background commands ---------------------------------------------------------------------
+
+
+class BackgroundStartView(ServiceView):
+    serializer_class = CommandSerializer
+    pagination_class = None
+
+    @extend_schema(
+        summary="Start a long-running shell command (bash -c) in the background",
+        description="Returns at once (202) with the command's id; the command runs detached "
+        "in the sandbox, its output goes to a log there, and it is killed after "
+        "max_runtime_seconds. Follow it at the Location given "
+        "(.../background/{command_id}/), cancel it with .../cancel/.",
+        parameters=[
+            TEAM_PARAM,
+            OpenApiParameter(
+                "Location",
+                str,
+                OpenApiParameter.HEADER,
+                description="Where to check the command.",
+                response=[202],
+            ),
+        ],
+        request=StartBackgroundSerializer,
+        responses={
+            202: OpenApiResponse(CommandSerializer, description="started; status running"),
+            **{c: ERRORS[c] for c in (400, 403, 404, 409, 502)},
+        },
+    )
+    def post(self, request: Request, sandbox_id: str) -> Response:
+        data = _valid(StartBackgroundSerializer, request)
+        result = services.start_background(
+            principal(request),
+            sandbox_id,
+            data["command"],
+            cwd=data["cwd"],
+            env=data.get("env"),
+            max_runtime_seconds=data.get("max_runtime_seconds"),
+        )
+        response = Response(CommandSerializer(result).data, status=status.HTTP_202_ACCEPTED)
+        response["Location"] = reverse("api:background-command", args=[sandbox_id, result.id])
+        return response
+
+
+class BackgroundDetailView(ServiceView):
+    serializer_class = BackgroundCheckSerializer
+    pagination_class = None
+
+    @extend_schema(
+        summary="Check a background command",
+        description="Running or not, status, exit code once ended, the last tail_lines "
+        "lines of its output, elapsed seconds. Read from the sandbox live while it runs.",
+        parameters=[BackgroundCheckQuerySerializer, TEAM_PARAM],
+        responses={200: BackgroundCheckSerializer, **{c: ERRORS[c] for c in (400, 404, 502)}},
+    )
+    def get(self, request: Request, sandbox_id: str, command_id: int) -> Response:
+        query = BackgroundCheckQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        check = services.check_background(
+            principal(request),
+            sandbox_id,
+            command_id,
+            tail_lines=query.validated_data["tail_lines"],
+        )
+        return Response(BackgroundCheckSerializer(check).data)
+
+
+class BackgroundCancelView(ServiceView):
+    serializer_class = BackgroundCheckSerializer
+    pagination_class = None
+
+    @extend_schema(
+        summary="Cancel a background command",
+        description="Every process of the command gets SIGTERM, then SIGKILL 2 s later; it "
+        "ends as cancelled. A command that already ended is left as it ended.",
+        parameters=[TEAM_PARAM],
+        request=None,
+        responses={200: BackgroundCheckSerializer, **{c: ERRORS[c] for c in (403, 404, 502)}},
+    )
+    def post(self, request: Request, sandbox_id: str, command_id: int) -> Response:
+        check = services.cancel_background(principal(request), sandbox_id, command_id)
+        return Response(BackgroundCheckSerializer(check).data)
 
 
 # --- files -----------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.conf import settings
 from rest_framework import serializers
 
+from sandboxes.services import MAX_TAIL_LINES
 from sandboxes.validation import MAX_COMMAND_CHARS, MAX_NAME_CHARS, WORKSPACE
 
 
@@ -63,6 +64,32 @@ class CommandSerializer(serializers.Serializer):
     channel = serializers.CharField()
     actor = serializers.CharField(allow_null=True)
     created_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+    background = serializers.BooleanField(
+        help_text="Started in the background: follow it at .../background/{id}/."
+    )
+
+
+class BackgroundCheckSerializer(serializers.Serializer):
+    id = serializers.IntegerField(help_text="The command's id, returned when it was started.")
+    sandbox_id = serializers.CharField()
+    command = serializers.CharField()
+    status = serializers.CharField(
+        help_text="running, succeeded, failed (non-zero exit), timed_out (killed at its "
+        "max_runtime_seconds), cancelled, or error."
+    )
+    running = serializers.BooleanField()
+    exit_code = serializers.IntegerField(allow_null=True, help_text="Null while it runs.")
+    output = serializers.CharField(
+        help_text="The last tail_lines lines of its log, stdout and stderr interleaved."
+    )
+    output_truncated = serializers.BooleanField(help_text="False: output is the whole log.")
+    output_bytes = serializers.IntegerField(help_text="Size of the whole log so far.")
+    elapsed_seconds = serializers.FloatField(allow_null=True)
+    max_runtime_seconds = serializers.FloatField()
+    log_path = serializers.CharField(help_text="The whole log, in the sandbox (files API).")
+    error_message = serializers.CharField()
+    started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
 
 
@@ -124,6 +151,29 @@ class RunCommandSerializer(StrictSerializer):
     )
     output_cap = serializers.IntegerField(
         required=False, min_value=1, max_value=settings.SANDHUB_OUTPUT_CAP_BYTES
+    )
+
+
+class StartBackgroundSerializer(StrictSerializer):
+    command = serializers.CharField(max_length=MAX_COMMAND_CHARS, trim_whitespace=False)
+    cwd = serializers.CharField(required=False, max_length=4096, default=WORKSPACE)
+    env = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False)
+    max_runtime_seconds = serializers.FloatField(
+        required=False,
+        min_value=0.001,
+        max_value=settings.SANDHUB_MAX_TIMEOUT_SECONDS,
+        help_text="Killed inside the sandbox (status timed_out) after this long; default "
+        "and maximum SANDHUB_MAX_TIMEOUT_SECONDS.",
+    )
+
+
+class BackgroundCheckQuerySerializer(serializers.Serializer):
+    tail_lines = serializers.IntegerField(
+        required=False,
+        default=50,
+        min_value=0,
+        max_value=MAX_TAIL_LINES,
+        help_text="How many of the log's last lines to return.",
     )
 
 

@@ -9,6 +9,21 @@ urlpatterns = [
     path("sandboxes/", api.SandboxListView.as_view(), name="sandboxes"),
     path("sandboxes/<str:sandbox_id>/", api.SandboxDetailView.as_view(), name="sandbox"),
     path("sandboxes/<str:sandbox_id>/commands/", api.CommandListView.as_view(), name="commands"),
+    path(
+        "sandboxes/<str:sandbox_id>/background/",
+        api.BackgroundStartView.as_view(),
+        name="background",
+    ),
+    path(
+        "sandboxes/<str:sandbox_id>/background/<int:command_id>/",
+        api.BackgroundDetailView.as_view(),
+        name="background-command",
+    ),
+    path(
+        "sandboxes/<str:sandbox_id>/background/<int:command_id>/cancel/",
+        api.BackgroundCancelView.as_view(),
+        name="background-cancel",
+    ),
     path("sandboxes/<str:sandbox_id>/files/", api.FilesView.as_view(), name="files"),
     path(
         "sandboxes/<str:sandbox_id>/files/download",

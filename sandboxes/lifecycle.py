@@ -109,6 +109,7 @@ class SweepReport:
     expired: list[str] = field(default_factory=list)
     idle: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+    abandoned_commands: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -123,7 +124,7 @@ def sweep(now: datetime | None = None) -> SweepReport:
     meantime keeps an idle sandbox alive.
     """
     now = now or timezone.now()
-    report = SweepReport()
+    report = SweepReport(abandoned_commands=close_abandoned_commands(now))
     for sandbox in _sweepable().filter(expires_at__lte=now):
         if _claim(sandbox, Q(expires_at__lte=now), "expired", now):
             _retire_reporting(sandbox, "expire", report.expired, report)
@@ -138,6 +139,44 @@ def sweep(now: datetime | None = None) -> SweepReport:
             if _claim(sandbox, idle, f"idle for over {team.idle_timeout_minutes} minutes", now):
                 _retire_reporting(sandbox, "idle", report.idle, report)
     return report
+
+
+# How long past its own deadline a command row may stay unfinished before the sweep decides
+# the process recording it died (a web process killed mid-command, a crash mid-start).
+ABANDONED_AFTER = timedelta(minutes=5)
+
+
+def close_abandoned_commands(now: datetime) -> int:
+    """Mark as error the command rows whose recorder died, so they stop keeping sandboxes busy.
+
+    A foreground command past its timeout plus a grace period, or a background command
+    still queued (never started) after the grace period, will never be finished by anyone.
+    Running background commands are not touched: their job records its own end and
+    recover_background supervises them again.
+    """
+    # Few rows are ever running at once: the per-row deadline is checked here, not in SQL,
+    # where duration arithmetic differs between SQLite and PostgreSQL.
+    running = CommandExecution.objects.filter(
+        background=False, status=CommandStatus.RUNNING, started_at__lt=now - ABANDONED_AFTER
+    ).values_list("pk", "started_at", "timeout_seconds")
+    overdue_foreground = CommandExecution.objects.filter(
+        status=CommandStatus.RUNNING,
+        pk__in=[
+            pk
+            for pk, started_at, timeout in running
+            if started_at + timedelta(seconds=timeout) + ABANDONED_AFTER < now
+        ],
+    )
+    never_started = CommandExecution.objects.filter(
+        background=True, status=CommandStatus.QUEUED, created_at__lt=now - ABANDONED_AFTER
+    )
+    closed = 0
+    for rows, why in (
+        (overdue_foreground, "abandoned: the process running it stopped before recording"),
+        (never_started, "abandoned: the process starting it stopped before it started"),
+    ):
+        closed += rows.update(status=CommandStatus.ERROR, error_message=why, finished_at=now)
+    return closed
 
 
 def _sweepable(statuses: tuple[str, ...] = SWEEPABLE) -> QuerySet[Sandbox]:

@@ -161,7 +161,7 @@ class CommandExecution(models.Model):
         ordering = ["-created_at", "-id"]
 
     def __str__(self) -> str:
-        return f"{self.sandbox_id}: {self.command[:60]}"
+        return f"#{self.pk} in {self.sandbox.public_id}: {self.command[:60]}"
 
 
 class WarmContainerStatus(models.TextChoices):

@@ -517,7 +517,10 @@ def start_background(
     cwd = validation.path(cwd, "cwd")
     exec_env = validation.env(env)
     max_runtime = validation.timeout(
-        settings.SANDHUB_MAX_TIMEOUT_SECONDS if max_runtime_seconds is None else max_runtime_seconds
+        settings.SANDHUB_MAX_TIMEOUT_SECONDS
+        if max_runtime_seconds is None
+        else max_runtime_seconds,
+        "max_runtime_seconds",
     )
     sandbox = access.get_sandbox(principal, sandbox_id, WRITE, "run commands")
     _require_running(sandbox)

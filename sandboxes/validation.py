@@ -45,14 +45,14 @@ def command(value: Any, what: str = "command") -> str:
     return no_nul(value, what)
 
 
-def timeout(value: Any) -> float:
+def timeout(value: Any, what: str = "timeout") -> float:
     if value is None:
         return float(settings.SANDHUB_DEFAULT_TIMEOUT_SECONDS)
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidInput("timeout must be a number of seconds")
+        raise InvalidInput(f"{what} must be a number of seconds")
     maximum = settings.SANDHUB_MAX_TIMEOUT_SECONDS
     if not 0 < value <= maximum:
-        raise InvalidInput(f"timeout must be between 0 and {maximum} seconds; got {value}")
+        raise InvalidInput(f"{what} must be between 0 and {maximum} seconds; got {value}")
     return float(value)
 
 

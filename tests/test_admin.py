@@ -412,3 +412,79 @@ def test_probe_action_reports_errors(staff_client: Client, world: World) -> None
     row = AuditLog.objects.get(action="host.probe")
     assert row.outcome == "error"
     assert row.channel == Channel.ADMIN
+
+
+# --- background commands ---------------------------------------------------------------------
+
+
+def test_cancel_background_action_cancels_through_the_service(
+    staff_client: Client, superuser, fake_backend, as_alice
+) -> None:
+    from sandboxes import services
+
+    sandbox_id = services.create_sandbox(as_alice).id
+    running = services.start_background(as_alice, sandbox_id, "echo hi; sleep 60")
+    unseen = services.start_background(as_alice, sandbox_id, "echo quick")  # ended, not looked at
+    recorded = services.start_background(as_alice, sandbox_id, "echo done")
+    services.check_background(as_alice, sandbox_id, recorded.id)  # records its end
+    foreground = services.run_command(as_alice, sandbox_id, "echo hi")
+    start = AuditLog.objects.order_by("-id").values_list("id", flat=True).first()
+
+    chosen = [running.id, unseen.id, recorded.id, foreground.id]
+    response = action(staff_client, CommandExecution, "cancel_background", chosen)
+    assert response.status_code == 302
+
+    statuses = dict(CommandExecution.objects.filter(pk__in=chosen).values_list("pk", "status"))
+    assert statuses == {
+        running.id: "cancelled",
+        unseen.id: "succeeded",
+        recorded.id: "succeeded",
+        foreground.id: "succeeded",
+    }
+    [done, failed] = messages_of(response)
+    assert f"command {running.id} in {sandbox_id}: cancelled" in done
+    assert f"command {unseen.id} in {sandbox_id}: had already ended (succeeded)" in done
+    assert f"command {recorded.id} in {sandbox_id}: already succeeded" in done
+    assert failed.startswith("Failed: ") and "not a background command" in failed
+    # Only the two that were still running went to the service; each left an admin row.
+    rows = list(AuditLog.objects.filter(id__gt=start).order_by("id"))
+    assert [(r.action, r.outcome) for r in rows] == [("command.background.cancel", "ok")] * 2
+    assert {(r.channel, r.actor_id, r.team.slug, r.target_id) for r in rows} == {
+        (Channel.ADMIN, superuser.pk, "alpha", sandbox_id)
+    }
+    assert sorted(r.details["command_id"] for r in rows) == [running.id, unseen.id]
+
+
+def test_background_commands_are_filtered_and_show_their_state(
+    staff_client: Client, fake_backend, as_alice
+) -> None:
+    from sandboxes import services
+
+    sandbox_id = services.create_sandbox(as_alice).id
+    background = services.start_background(as_alice, sandbox_id, "sleep 60")
+    foreground = services.run_command(as_alice, sandbox_id, "echo hi")
+
+    listed = staff_client.get(url(CommandExecution, "changelist"), {"background__exact": "1"})
+    assert [c.pk for c in listed.context["cl"].result_list] == [background.id]
+    assert "Cancel selected background commands" in listed.content.decode()
+
+    page = staff_client.get(url(CommandExecution, "change", background.id)).content.decode()
+    assert "Background state" in page and "/workspace/.sandhub/jobs/" in page
+    page = staff_client.get(url(CommandExecution, "change", foreground.id)).content.decode()
+    assert "Background state" not in page
+
+
+def test_cancel_action_needs_the_change_permission(django_user_model) -> None:
+    from django.contrib.auth.models import Permission
+
+    staff = django_user_model.objects.create_user("ops", password="pw-unused-3", is_staff=True)
+    staff.user_permissions.add(Permission.objects.get(codename="view_commandexecution"))
+    request = RequestFactory().get("/")
+    request.user = staff
+    model_admin = admin.site._registry[CommandExecution]
+    assert "cancel_background" not in model_admin.get_actions(request)
+
+    staff.user_permissions.add(Permission.objects.get(codename="change_commandexecution"))
+    request.user = django_user_model.objects.get(pk=staff.pk)  # permissions are cached
+    assert "cancel_background" in model_admin.get_actions(request)
+    assert not model_admin.has_change_permission(request)  # the rows stay read-only

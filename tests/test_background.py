@@ -181,7 +181,7 @@ def test_other_team_gets_not_found_and_viewer_is_refused(fake_sandbox, as_alice,
 
 
 def test_inputs_and_limits(fake_sandbox, as_alice):
-    with pytest.raises(InvalidInput, match="timeout must be between"):
+    with pytest.raises(InvalidInput, match="max_runtime_seconds must be between"):
         services.start_background(as_alice, fake_sandbox, "true", max_runtime_seconds=10**6)
     with pytest.raises(InvalidInput, match="command is empty"):
         services.start_background(as_alice, fake_sandbox, "  ")

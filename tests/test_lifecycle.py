@@ -124,6 +124,50 @@ def test_sweep_deletes_idle_sandboxes_but_not_busy_or_recent_ones(fake_backend, 
     assert services.sweep_expired_and_idle(SYSTEM).idle == [busy]
 
 
+def test_abandoned_command_rows_stop_keeping_a_sandbox_busy(fake_backend, as_alice, team_a):
+    """A web process killed mid-command, or a start that died before the job began."""
+    sandbox_id = services.create_sandbox(as_alice).id
+    age(sandbox_id, last_activity_at=timezone.now() - LONG_AGO)
+    sandbox = Sandbox.objects.get(public_id=sandbox_id)
+    long_ago = timezone.now() - timedelta(hours=2)
+    rows = [
+        CommandExecution.objects.create(
+            sandbox=sandbox,
+            channel="web",
+            command="x",
+            status=CommandStatus.RUNNING,
+            timeout_seconds=60,
+            started_at=long_ago,
+        ),
+        CommandExecution.objects.create(
+            sandbox=sandbox,
+            channel="mcp",
+            command="y",
+            background=True,
+            status=CommandStatus.QUEUED,
+        ),
+        # Still within its own (long) timeout: left alone.
+        CommandExecution.objects.create(
+            sandbox=sandbox,
+            channel="web",
+            command="z",
+            status=CommandStatus.RUNNING,
+            timeout_seconds=3 * 3600,
+            started_at=long_ago,
+        ),
+    ]
+    CommandExecution.objects.filter(pk=rows[1].pk).update(created_at=long_ago)
+
+    report = tasks.sweep()
+
+    statuses = [CommandExecution.objects.get(pk=r.pk).status for r in rows]
+    assert report["abandoned_commands"] == 2
+    assert statuses == ["error", "error", "running"]
+    assert status_of(sandbox_id) == "running"  # the long command still keeps it busy
+    CommandExecution.objects.filter(pk=rows[2].pk).update(status=CommandStatus.SUCCEEDED)
+    assert services.sweep_expired_and_idle(SYSTEM).idle == [sandbox_id]
+
+
 def test_an_idle_timeout_of_zero_never_deletes(fake_backend, as_alice, team_a):
     team_a.idle_timeout_minutes = 0
     team_a.save()
