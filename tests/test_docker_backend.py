@@ -439,6 +439,29 @@ def test_children_holding_the_output_do_not_hold_the_caller(
     assert "sleep 613" in left  # detached properly: a server the user meant to keep
 
 
+def test_a_child_busy_before_its_redirect_is_given_time(
+    backend: DockerBackend, sandbox: dict[str, Any]
+) -> None:
+    # `cmd >log &` holds the pipes from the fork until the redirect; here the child computes
+    # for some milliseconds first (runnable the whole time, well within the sweep's CPU
+    # allowance), like a child that is slow to be scheduled under load. It must survive;
+    # one that computes on with the pipes must not.
+    started = time.monotonic()
+    result = run(
+        backend,
+        sandbox,
+        "(i=0; while [ $i -lt 10000 ]; do i=$((i + 1)); done; exec sleep 614 >/dev/null 2>&1) &"
+        " (while :; do :; done) & echo started",
+        timeout=20,
+    )
+    assert time.monotonic() - started < 3
+    assert result.exit_code == 0 and result.stdout == b"started\n"
+    left = processes(backend, sandbox)
+    assert "sleep 614" in left
+    # The spinning subshell (its command line is this script's) was killed after its grace.
+    assert "echo started" not in left
+
+
 def test_callers_own_deadline(
     backend: DockerBackend, sandbox: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -509,8 +532,12 @@ def test_fork_bomb_is_contained(backend: DockerBackend, sandbox: dict[str, Any])
         started = time.monotonic()
         run(backend, sandbox, ":(){ :|:& };:", timeout=5)
         assert time.monotonic() - started < 12
-        assert run(backend, sandbox, "echo alive").stdout == b"alive\n"
-        assert run(backend, other, "echo neighbour").stdout == b"neighbour\n"
+        # Right away: the exec must not come back while the bomb, or the zombies it leaves
+        # (charged to the pids limit until reaped), still take the pids this one needs.
+        alive = run(backend, sandbox, "echo alive")
+        assert alive.stdout == b"alive\n", alive
+        neighbour = run(backend, other, "echo neighbour")
+        assert neighbour.stdout == b"neighbour\n", neighbour
         count = run(backend, sandbox, "ps -e --no-headers | wc -l").stdout.decode()
         assert int(count) < 10  # the bomb is gone, not merely capped
     finally:
@@ -633,6 +660,45 @@ def test_probe(backend: DockerBackend, spec: SandboxSpec, sandbox: dict[str, Any
     assert result.cpu_percent is not None and 0 < result.cpu_percent <= 100
     assert result.gpu_percent is None
     assert spec.sandbox_id in backend.list_sandbox_ids()
+
+
+def test_probe_counts_claimed_pool_members_at_their_size_and_idle_ones_apart(
+    backend: DockerBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    idle = backend.provision_pool_member(make_spec(memory_mb=256, cpus=1.0))
+    member = backend.provision_pool_member(make_spec(memory_mb=256, cpus=1.0))
+    plain = backend.provision(make_spec(memory_mb=128, cpus=0.5))
+    states = [idle, member, plain]
+    try:
+        backend.claim_pool_member(member, make_spec(memory_mb=512, cpus=0.75))
+        # Only this test's containers, whatever else runs on the engine meanwhile.
+        api = backend._api()
+        listed, inspect = api.containers, api.inspect_container
+        inspected: list[str] = []
+
+        def ours(*args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+            found = listed(*args, **kwargs)
+            return [c for c in found if any(RUN_PREFIX in n for n in c["Names"])]
+
+        def counting(container: str) -> dict[str, Any]:
+            inspected.append(container)
+            return inspect(container)
+
+        monkeypatch.setattr(api, "containers", ours)
+        monkeypatch.setattr(api, "inspect_container", counting)
+        result = backend.probe()
+    finally:
+        monkeypatch.undo()
+        for state in states:
+            backend.destroy(state)
+    assert result.healthy, result.error
+    assert result.sandboxes_running == 2  # the plain sandbox and the claimed member
+    assert result.details["memory_committed_bytes"] == (512 + 128) * MIB
+    assert result.details["cpus_committed"] == 1.25
+    assert result.details["pool_idle"] == 1
+    assert result.details["pool_memory_bytes"] == 256 * MIB
+    assert result.details["pool_cpus"] == 1.0
+    assert inspected == [member["container_id"]]  # labels suffice for the others
 
 
 def test_probe_of_an_unreachable_engine_does_not_raise() -> None:

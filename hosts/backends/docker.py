@@ -44,6 +44,7 @@ import docker.tls
 import requests
 
 from hosts.backends.base import (
+    LABEL_POOL,
     BackendError,
     ExecResult,
     FileEntry,
@@ -92,15 +93,38 @@ _MISSING_EXIT = 44  # what _LIST and _EXISTS exit with for "no such path"
 # - cd in here so a bad cwd is an ordinary failed command with a message, like in a shell;
 # - `timeout` puts the command in its own process group and signals the whole group, so
 #   children backgrounded with `&` die with it;
-# - after a timeout, every other process carrying this exec's marker is killed too (that
-#   catches what left the group, e.g. with setsid);
 # - in every case, whatever still holds our stdout/stderr pipes is killed: it would keep the
 #   stream open (and the caller waiting) although the command is done. This needs no marker,
 #   so `env -i` does not escape it. Processes that redirected their output
-#   (`nohup server >log 2>&1 &`) keep running.
-# The pipe sweep forks nothing (glob, `test -ef`, builtin kill), so it still works when a
-# fork bomb has used up the pids limit, and it repeats until a round finds nobody, so children
-# forked during a round are caught by the next.
+#   (`nohup server >log 2>&1 &`) keep running;
+# - after a timeout, every other process carrying this exec's marker is killed too (that
+#   catches what left the group, e.g. with setsid).
+#
+# The pipe sweep forks nothing (glob, `test -ef`, builtins only; dash exits on a failed fork),
+# so it works when a fork bomb has used up the pids limit. It lists /proc, tests each process,
+# and goes round again until a round is quiet: nothing held the pipes, every process that is
+# new since the previous listing could be looked at, no process was spared in the previous
+# round, and every process it killed has been reaped. Each condition closes a race seen under
+# load:
+# - a listed process may fork and exit before it is tested; its child is in no listing yet.
+#   A fork bomb's processes do just that, so "found nobody" alone ended the sweep while the
+#   bomb carried on in processes no round had listed. A process that was already listed in
+#   the previous round was tested there (and killed, if it held the pipes), so only a new
+#   one that is gone or exiting when tested can have passed the pipes on unseen;
+# - killed processes stay zombies, charged to the pids limit, until tini reaps them: exiting
+#   before that leaves the next exec unable to fork;
+# - `cmd >log &` holds the pipes from the fork until its redirection, a millisecond of CPU
+#   that under load may come late: a holder that is running or runnable (R) or in
+#   uninterruptible sleep (D) and has had less than _SWEEP_SPARE_CPU_MS of CPU in all is
+#   spared, for up to _SWEEP_SPARE_CS centiseconds after the command ended (not at all after
+#   a timeout). Counting its CPU rather than the time that passed keeps a starved child safe
+#   on a loaded host, and still kills soon a child that computes on with the pipes. A holder
+#   that is sleeping (S) or stopped is waiting on something else and is killed at once.
+# The sweep gives up after _SWEEP_LIMIT_CS centiseconds, within the caller's _CLIENT_GRACE.
+# Time comes from /proc/uptime (read, no fork); rounds do not sleep, as sleep would fork.
+_SWEEP_SPARE_CPU_MS = 100
+_SWEEP_SPARE_CS = 100
+_SWEEP_LIMIT_CS = 300
 _WRAPPER = r"""
 cd "$1" || exit 126
 t=$2; k=$3; shift 3
@@ -112,25 +136,56 @@ else
 fi
 rc=$?
 me=$$
-case $rc in 124|137)
+clock() { read -r now _ < /proc/uptime; now=${now%.*}${now#*.}; }
+sweep_pipes() {  # $1: centiseconds during which young running holders are spared
+    clock; spare=$((now + $1)) end=$((now + LIMIT))
+    listed= killed= spared=
+    while :; do
+        busy=$spared spared= cur= dead=
+        for d in /proc/[0-9]*; do
+            p=${d#/proc/}
+            [ "$p" = "$me" ] && continue
+            cur="$cur $p "
+            case $killed in *" $p "*) dead="$dead $p "; busy=1; continue ;; esac
+            if [ "$d/fd/1" -ef "/proc/$me/fd/1" ] || [ "$d/fd/2" -ef "/proc/$me/fd/2" ]; then
+                busy=1
+                if [ "$now" -lt "$spare" ]; then
+                    { read -r line < "$d/stat"; } 2>/dev/null || continue
+                    ran=0; { read -r ran _ < "$d/schedstat"; } 2>/dev/null
+                    state=${line##*) }
+                    case $state in
+                    [RD]*) [ "$ran" -ge CPU_NS ] || { spared=1; continue; } ;;
+                    esac
+                fi
+                kill -KILL "$p" 2>/dev/null; dead="$dead $p "
+            elif [ ! -r "$d/fd" ]; then
+                # Gone, exiting or a zombie by now: if it is new since the last listing, it
+                # may have been a holder that forked and exited between the listing and here.
+                case $listed in *" $p "*) ;; *) busy=1 ;; esac
+            fi
+        done
+        [ -n "$busy" ] || return 0
+        clock; [ "$now" -lt "$end" ] || return 1
+        listed=$cur killed=$dead
+    done
+}
+case $rc in
+124|137)
+    sweep_pipes 0
     for f in $(grep -lzxF "SANDHUB_EXEC_ID=$SANDHUB_EXEC_ID" /proc/[0-9]*/environ 2>/dev/null); do
         p=${f#/proc/}; p=${p%/environ}
         [ "$p" = "$me" ] || kill -KILL "$p" 2>/dev/null
     done ;;
+*)
+    sweep_pipes SPARE ;;
 esac
-round=0
-while [ $round -lt 100 ]; do
-    round=$((round + 1)); found=
-    for d in /proc/[0-9]*; do
-        [ "$d" = "/proc/$me" ] && continue
-        if [ "$d/fd/1" -ef "/proc/$me/fd/1" ] || [ "$d/fd/2" -ef "/proc/$me/fd/2" ]; then
-            kill -KILL "${d#/proc/}" 2>/dev/null; found=1
-        fi
-    done
-    [ -n "$found" ] || break
-done
 exit $rc
 """
+_WRAPPER = (
+    _WRAPPER.replace("SPARE", str(_SWEEP_SPARE_CS))
+    .replace("LIMIT", str(_SWEEP_LIMIT_CS))
+    .replace("CPU_NS", str(_SWEEP_SPARE_CPU_MS * 1_000_000))
+)
 
 # Kills every process whose environment carries the marker given as $1, in rounds until none
 # is left (a fork bomb keeps making more).
@@ -662,12 +717,23 @@ class DockerBackend(DockerBackgroundMixin, DockerPoolMixin, SandboxBackend):
 
     # --- host --------------------------------------------------------------------------------
     def probe(self) -> ProbeResult:
+        """Health, and what the host's sandboxes have been given, from one list call.
+
+        Sandboxes are the running sandhub containers that are not idle warm-pool members: an
+        idle member is capacity on hand, not load, so it is counted apart (in details) and
+        not in the committed figures. A claimed member is a sandbox like any other, but its
+        limit labels are the pool's (labels are fixed at creation and a claim changes the
+        limits), so its limits come from an inspect: one per claimed member, none otherwise.
+        """
         try:
             api = self._api()
             api.ping()
             info = api.info()
             running = api.containers(filters={"label": f"{LABEL_MANAGED}=1", "status": "running"})
-            memory, nano_cpus = self._committed(running)
+            sandboxes = [c for c in running if not _idle_pool_member(c)]
+            idle = [c for c in running if _idle_pool_member(c)]
+            memory, nano_cpus = self._committed(sandboxes)
+            idle_memory, idle_nano_cpus = self._committed(idle)
         except Exception as exc:  # a probe reports, it never raises
             return ProbeResult(healthy=False, error=str(exc) or type(exc).__name__)
         mem_total = int(info.get("MemTotal") or 0)
@@ -677,28 +743,39 @@ class DockerBackend(DockerBackgroundMixin, DockerPoolMixin, SandboxBackend):
             cpu_percent=min(100.0, nano_cpus / (ncpu * 1e9) * 100) if ncpu else None,
             memory_percent=min(100.0, memory / mem_total * 100) if mem_total else None,
             gpu_percent=None,
-            sandboxes_running=len(running),
+            sandboxes_running=len(sandboxes),
             details={
                 "server_version": info.get("ServerVersion", ""),
                 "ncpu": ncpu,
                 "mem_total_bytes": mem_total,
                 "memory_committed_bytes": memory,
                 "cpus_committed": nano_cpus / 1e9,
+                "pool_idle": len(idle),
+                "pool_memory_bytes": idle_memory,
+                "pool_cpus": idle_nano_cpus / 1e9,
                 "containers_running": info.get("ContainersRunning", 0),
                 "cgroup_version": info.get("CgroupVersion", ""),
             },
         )
 
     def _committed(self, containers: list[dict[str, Any]]) -> tuple[int, int]:
-        """Sum of memory and cpu limits, from labels, or an inspect for unlabelled ones."""
+        """Sum of memory and cpu limits: from the labels where they still hold, else inspect.
+
+        Labels hold for a container made for its sandbox or an idle pool member; a claimed
+        pool member, or a container without them, is inspected.
+        """
         memory = nano_cpus = 0
         for summary in containers:
             labels = summary.get("Labels") or {}
-            if LABEL_MEMORY in labels and LABEL_NANO_CPUS in labels:
+            if (
+                LABEL_MEMORY in labels
+                and LABEL_NANO_CPUS in labels
+                and not _claimed_pool_member(summary)
+            ):
                 memory += int(labels[LABEL_MEMORY])
                 nano_cpus += int(labels[LABEL_NANO_CPUS])
                 continue
-            with contextlib.suppress(docker.errors.NotFound):
+            with contextlib.suppress(docker.errors.NotFound):  # removed since the list
                 config = self._api().inspect_container(summary["Id"])["HostConfig"]
                 memory += int(config.get("Memory") or 0)
                 nano_cpus += int(config.get("NanoCpus") or 0)
@@ -793,6 +870,24 @@ class _ExecStream:
 
 def _identity_labels(sandbox_id: str) -> dict[str, str]:
     return {LABEL_MANAGED: "1", LABEL_SANDBOX: sandbox_id}
+
+
+def _claimed_pool_member(summary: dict[str, Any]) -> bool:
+    """A warm-pool container that a sandbox has claimed: the claim renamed it.
+
+    An idle member is named after the pool id written in its labels (`sandhub-<pool id>`);
+    a claim renames it after the sandbox, and its labels keep the pool id.
+    """
+    labels = summary.get("Labels") or {}
+    if labels.get(LABEL_POOL) != "1":
+        return False
+    names = [name.lstrip("/") for name in summary.get("Names") or []]
+    return NAME_PREFIX + labels.get(LABEL_SANDBOX, "") not in names
+
+
+def _idle_pool_member(summary: dict[str, Any]) -> bool:
+    labels = summary.get("Labels") or {}
+    return labels.get(LABEL_POOL) == "1" and not _claimed_pool_member(summary)
 
 
 def _names(state: dict[str, Any]) -> tuple[str, str]:
