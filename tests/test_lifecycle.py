@@ -30,6 +30,7 @@ from sandboxes.errors import NoCapacity, PermissionDenied
 from sandboxes.models import CommandExecution, CommandStatus, Sandbox
 from tenants.models import AuditLog, Channel
 from tenants.principal import Principal
+from tests.engine import engine_cleaning_up
 from tests.fakes import FakeBackend
 from tests.qcluster import qcluster  # noqa: F401  (fixture)
 
@@ -325,17 +326,8 @@ def test_reconcile_marks_a_sandbox_whose_container_vanished_lost(fake_backend, a
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[docker.DockerClient]:
-    client = docker.from_env()
-    yield client
-    # Safety net: whatever a failed test of this module left behind, and only that.
-    for container in client.containers.list(
-        all=True, filters={"label": f"{LABEL_INSTANCE}={INSTANCE}"}
-    ):
-        label = container.labels.get("org.sandhub.sandbox", "")
-        container.remove(force=True, v=True)
-        with contextlib.suppress(docker.errors.NotFound):
-            client.volumes.get(f"sandhub-{label}").remove(force=True)
-    client.close()
+    with engine_cleaning_up(INSTANCE) as client:
+        yield client
 
 
 def engine_has(engine: docker.DockerClient, label_id: str) -> tuple[bool, bool]:

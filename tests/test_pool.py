@@ -5,7 +5,6 @@ The first half runs on the in-memory backend (fast); the second on the real Dock
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 import uuid
@@ -22,6 +21,7 @@ from sandboxes.errors import QuotaExceeded
 from sandboxes.models import Sandbox, WarmContainer
 from tenants.models import AuditLog
 from tenants.principal import Principal
+from tests.engine import engine_cleaning_up
 from tests.fakes import FakeBackend
 
 INSTANCE = f"pytest-{uuid.uuid4().hex[:8]}"
@@ -232,17 +232,8 @@ def test_concurrent_claims_never_share_a_member(team_a, docker_host, pooled):
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[docker.DockerClient]:
-    client = docker.from_env()
-    yield client
-    # Safety net: whatever a failed test of this module left behind, and only that.
-    for container in client.containers.list(
-        all=True, filters={"label": f"{LABEL_INSTANCE}={INSTANCE}"}
-    ):
-        label = container.labels.get("org.sandhub.sandbox", "")
-        container.remove(force=True, v=True)
-        with contextlib.suppress(docker.errors.NotFound):
-            client.volumes.get(f"sandhub-{label}").remove(force=True)
-    client.close()
+    with engine_cleaning_up(INSTANCE) as client:
+        yield client
 
 
 def pool_containers(engine: docker.DockerClient) -> list:
