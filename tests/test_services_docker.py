@@ -125,10 +125,11 @@ def test_tenancy_and_quota_on_the_real_engine(sandbox, as_bob, as_alice, team_a,
         services.download_files(as_bob, sandbox.id, ["/etc/passwd"])
     team_a.max_running_sandboxes = 1
     team_a.save()
-    containers_before = len(engine.containers.list(all=True))
+    ours = {"label": f"org.sandhub.team={team_a.slug}"}  # only this team's, not the engine's
+    containers_before = len(engine.containers.list(all=True, filters=ours))
     with pytest.raises(QuotaExceeded, match="at most 1 running sandboxes"):
         services.create_sandbox(as_alice)
-    assert len(engine.containers.list(all=True)) == containers_before
+    assert len(engine.containers.list(all=True, filters=ours)) == containers_before
 
 
 def test_unknown_engine_image_leaves_nothing(real_docker, as_alice, image, engine):
