@@ -37,7 +37,7 @@ from django.utils import timezone
 
 from hosts.backends.base import BackendError, SandboxBackend, SandboxSpec, Unsupported
 from hosts.models import Host, Image
-from sandboxes import lifecycle
+from sandboxes import lifecycle, limits
 from sandboxes.auditing import current
 from sandboxes.models import Sandbox, WarmContainer, WarmContainerStatus
 
@@ -217,16 +217,13 @@ def _reserve(host: Host, image: Image, slot: int) -> WarmContainer | None:
 
 
 def _member_spec(member: WarmContainer, image: Image) -> SandboxSpec:
-    # Sized as a default sandbox, so claiming for one changes no limit. (Imported here:
-    # services imports this module.)
-    from sandboxes import services
-
+    # Sized as a default sandbox, so claiming for one changes no limit.
     return SandboxSpec(
         sandbox_id=member.pool_id,
         image_reference=image.reference,
-        cpus=services.DEFAULT_CPUS,
-        memory_mb=services.DEFAULT_MEMORY_MB,
-        pids_limit=services.DEFAULT_PIDS_LIMIT,
+        cpus=limits.DEFAULT_CPUS,
+        memory_mb=limits.DEFAULT_MEMORY_MB,
+        pids_limit=limits.DEFAULT_PIDS_LIMIT,
         network=False,
         env={},
         labels=lifecycle.instance_labels(),

@@ -42,6 +42,7 @@ from sandboxes.errors import (
     PermissionDenied,
     QuotaExceeded,
 )
+from sandboxes.limits import DEFAULT_CPUS, DEFAULT_MEMORY_MB, DEFAULT_PIDS_LIMIT, MIN_MEMORY_MB
 from sandboxes.models import (
     CommandExecution,
     CommandStatus,
@@ -60,10 +61,6 @@ from sandboxes.results import (
 from tenants.models import Team
 from tenants.principal import Principal
 
-DEFAULT_CPUS = 1.0
-DEFAULT_MEMORY_MB = 512
-MIN_MEMORY_MB = 64
-DEFAULT_PIDS_LIMIT = 256
 READ_FILE_MAX_BYTES = 4 * 1024 * 1024
 
 
