@@ -174,6 +174,12 @@ SANDHUB_OUTPUT_CAP_BYTES = env_int("SANDHUB_OUTPUT_CAP_BYTES", 1024 * 1024, mini
 SANDHUB_DEFAULT_TIMEOUT_SECONDS = env_int("SANDHUB_DEFAULT_TIMEOUT_SECONDS", 60, minimum=1)
 SANDHUB_MAX_TIMEOUT_SECONDS = env_int("SANDHUB_MAX_TIMEOUT_SECONDS", 3600, minimum=1)
 SANDHUB_MAX_TRANSFER_BYTES = env_int("SANDHUB_MAX_TRANSFER_BYTES", 100 * 1024 * 1024, minimum=1024)
+# Housekeeping (sandboxes/housekeeping/): this deployment's name, labelled on every container
+# it makes (reconciliation touches only its own); how young a container reconciliation never
+# removes; the warm-pool size of images whose own size is 0.
+SANDHUB_INSTANCE = env_str("SANDHUB_INSTANCE", "default") or "default"
+SANDHUB_ORPHAN_GRACE_SECONDS = env_int("SANDHUB_ORPHAN_GRACE_SECONDS", 600, minimum=0)
+SANDHUB_WARM_POOL_SIZE = env_int("SANDHUB_WARM_POOL_SIZE", 0, minimum=0)
 
 # --- Agents and programs: API keys, the MCP endpoint, the REST API ---------------------------
 INSTALLED_APPS += ["mcp_bridge"]

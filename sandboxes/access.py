@@ -33,7 +33,10 @@ def role_of(principal: Principal) -> str | None:
 
 def require(principal: Principal, need: str, doing: str) -> str:
     """The principal's role if it allows `need` (read/write), else PermissionDenied."""
-    role = role_of(principal)
+    return _allowed(principal, role_of(principal), need, doing)
+
+
+def _allowed(principal: Principal, role: str | None, need: str, doing: str) -> str:
     if role is None:
         raise PermissionDenied(f"you are not a member of team {principal.team or '(none)'}")
     if (
@@ -56,9 +59,9 @@ def sandboxes_of(principal: Principal):
 
 def get_sandbox(principal: Principal, sandbox_id: str, need: str, doing: str) -> Sandbox:
     validation.sandbox_id(sandbox_id)
-    role = role_of(principal)
+    role = role_of(principal)  # one membership read per call: it decides both checks
     sandbox = sandboxes_of(principal).filter(public_id=sandbox_id).first() if role else None
     if sandbox is None:
         raise NotFound(f"sandbox {sandbox_id} not found")
-    require(principal, need, doing)
+    _allowed(principal, role, need, doing)
     return sandbox

@@ -7,6 +7,7 @@ import string
 
 from django.conf import settings
 from django.db import models
+from django.db.models import Q
 from django.utils import timezone
 
 from hosts.models import Host, Image
@@ -40,7 +41,7 @@ class SandboxStatus(models.TextChoices):
 
 S = SandboxStatus
 ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
-    S.PENDING: frozenset({S.STARTING, S.ERROR, S.DELETED}),
+    S.PENDING: frozenset({S.STARTING, S.ERROR, S.STOPPING, S.DELETED}),
     S.STARTING: frozenset({S.RUNNING, S.ERROR, S.STOPPING, S.LOST}),
     S.RUNNING: frozenset({S.STOPPING, S.ERROR, S.LOST}),
     S.STOPPING: frozenset({S.STOPPED, S.DELETED, S.ERROR}),
@@ -108,6 +109,34 @@ class Sandbox(models.Model):
             self.started_at = now
         elif new_status == SandboxStatus.DELETED:
             self.deleted_at = now
+
+    def transition_if(self, new_status: str, message: str = "", still: Q | None = None) -> bool:
+        """Compare-and-set: move to new_status only if the row is still as this instance saw it
+        (status and message, and `still` when given) and the lifecycle allows it; saves.
+
+        For changes that race with other processes (two sweepers claiming one sandbox, a
+        reconciliation marking lost a sandbox being deleted): False when another got there
+        first, and then neither the row nor this instance changes.
+        """
+        seen_status, seen_message = self.status, self.status_message
+        seen = {"deleted_at": self.deleted_at, "started_at": self.started_at}
+        self.transition(new_status, message)
+        # Same status, new message: still a compare-and-set (a second sweeper claiming a
+        # sandbox stuck in stopping loses on the message the first one wrote).
+        self.status_message = message
+        rows = Sandbox.objects.filter(pk=self.pk, status=seen_status, status_message=seen_message)
+        if still is not None:
+            rows = rows.filter(still)
+        won = rows.update(
+            status=self.status,
+            status_message=self.status_message,
+            started_at=self.started_at,
+            deleted_at=self.deleted_at,
+        )
+        if not won:
+            self.status, self.status_message = seen_status, seen_message
+            self.deleted_at, self.started_at = seen["deleted_at"], seen["started_at"]
+        return bool(won)
 
 
 class CommandStatus(models.TextChoices):

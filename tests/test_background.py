@@ -22,6 +22,7 @@ from django_q.signing import SignedPackage
 from sandboxes import services, tasks
 from sandboxes.errors import InvalidInput, NotFound, PermissionDenied, QuotaExceeded
 from sandboxes.models import CommandExecution, Sandbox
+from sandboxes.services import jobs
 from tenants.models import AuditLog
 from tests.qcluster import qcluster  # noqa: F401  (fixture)
 
@@ -130,7 +131,7 @@ def test_supervisor_kills_a_job_the_sandbox_failed_to_stop(
     fake_sandbox, as_alice, fake_backend, fast_supervisor, monkeypatch
 ):
     monkeypatch.setattr(fake_backend, "enforce_job_timeouts", False)
-    monkeypatch.setattr(services, "BACKGROUND_KILL_GRACE_SECONDS", 0.1)
+    monkeypatch.setattr(jobs, "BACKGROUND_KILL_GRACE_SECONDS", 0.1)
     # The runtime counts from the job's start, so the clock starts before the call.
     started = time.monotonic()
     result = services.start_background(as_alice, fake_sandbox, "sleep 60", max_runtime_seconds=0.2)

@@ -16,8 +16,9 @@ import pytest
 from django.db import connection
 
 from hosts.backends.base import LABEL_INSTANCE, LABEL_POOL
-from sandboxes import pool, services, tasks
+from sandboxes import services, tasks
 from sandboxes.errors import QuotaExceeded
+from sandboxes.housekeeping import pool
 from sandboxes.models import Sandbox, WarmContainer
 from tenants.models import AuditLog
 from tenants.principal import Principal

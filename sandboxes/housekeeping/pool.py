@@ -9,9 +9,9 @@ creating a sandbox does not wait for a container to start.
   (status provisioning, a slot unique per host and image) before its container is made, and
   claimed with a conditional UPDATE (SELECT ... FOR UPDATE SKIP LOCKED first on PostgreSQL),
   so two processes can neither overfill a pool nor claim the same member.
-- `provision_sandbox` (called by services._provision) claims a member when the sandbox fits
-  one: same host and image, and no network (members are created without network; network
-  mode cannot change later). The backend applies the sandbox's limits to the running
+- `provision_sandbox` (called by create_sandbox) claims a member when the sandbox fits one:
+  same host and image, and no network (members are created without network; network mode
+  cannot change later). The backend applies the sandbox's limits to the running
   container; if it cannot, the member is discarded and the sandbox provisioned afresh. Env is
   passed on every exec, so nothing of the sandbox's is baked into the member.
 - Members are not Sandbox rows: they never count against a team's quota and never appear in
@@ -35,10 +35,12 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from hosts.backends import get_backend
 from hosts.backends.base import BackendError, SandboxBackend, SandboxSpec, Unsupported
 from hosts.models import Host, Image
-from sandboxes import lifecycle, limits
+from sandboxes import limits
 from sandboxes.auditing import current
+from sandboxes.housekeeping.config import default_pool_size, instance_labels
 from sandboxes.models import Sandbox, WarmContainer, WarmContainerStatus
 
 logger = logging.getLogger(__name__)
@@ -50,7 +52,7 @@ _CLAIM_ATTEMPTS = 3
 
 
 def pool_size(image: Image) -> int:
-    return image.warm_pool_size or lifecycle.setting("SANDHUB_WARM_POOL_SIZE", 0)
+    return image.warm_pool_size or default_pool_size()
 
 
 # --- claiming ---------------------------------------------------------------------------------
@@ -58,8 +60,8 @@ def pool_size(image: Image) -> int:
 
 def provision_sandbox(sandbox: Sandbox, spec: SandboxSpec) -> dict[str, Any]:
     """The backend state of the new sandbox: a claimed pool member if one fits, else fresh."""
-    spec = replace(spec, labels={**spec.labels, **lifecycle.instance_labels()})
-    backend = sandbox.host.backend()
+    spec = replace(spec, labels={**spec.labels, **instance_labels()})
+    backend = get_backend(sandbox.host)
     if not spec.network:
         state = _claim(sandbox, spec, backend)
         if state is not None:
@@ -170,7 +172,7 @@ def _trim(host: Host, image: Image, size: int, report: RefillReport) -> None:
         # Deleting only if still ready: a member claimed meanwhile is someone's sandbox now.
         if WarmContainer.objects.filter(pk=member.pk, status=READY).delete()[0]:
             with contextlib.suppress(BackendError):
-                host.backend().destroy(member.backend_state)
+                get_backend(host).destroy(member.backend_state)
             report.removed.append(member.pool_id)
 
 
@@ -188,7 +190,7 @@ def _fill(host: Host, image: Image, size: int, report: RefillReport) -> bool:
         if member is None:
             continue  # another refill took the slot
         try:
-            state = host.backend().provision_pool_member(_member_spec(member, image))
+            state = get_backend(host).provision_pool_member(_member_spec(member, image))
         except Unsupported:
             member.delete()
             return False
@@ -202,7 +204,7 @@ def _fill(host: Host, image: Image, size: int, report: RefillReport) -> bool:
         ).update(status=READY, backend_state=state, ready_at=timezone.now())
         if not ready:  # the row was dropped as stale meanwhile: do not leak the container
             with contextlib.suppress(BackendError):
-                host.backend().destroy(state)
+                get_backend(host).destroy(state)
             continue
         report.started.append(member.pool_id)
     return True
@@ -226,7 +228,7 @@ def _member_spec(member: WarmContainer, image: Image) -> SandboxSpec:
         pids_limit=limits.DEFAULT_PIDS_LIMIT,
         network=False,
         env={},
-        labels=lifecycle.instance_labels(),
+        labels=instance_labels(),
     )
 
 
@@ -237,7 +239,7 @@ def _drop_stale_provisioning(report: RefillReport) -> None:
     ).select_related("host")
     for member in stale:
         if member.host.healthy:
-            discard(member, member.host.backend())
+            discard(member, get_backend(member.host))
         else:
             member.delete()  # its container, if any, is an orphan for reconciliation
         report.removed.append(member.pool_id)

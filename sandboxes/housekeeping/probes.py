@@ -1,0 +1,103 @@
+"""Host probes: health, load and an idle score per host, with host.down / host.up audit rows
+when a host's health changes."""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from hosts.backends import get_backend
+from hosts.backends.base import BackendError, ProbeResult
+from hosts.models import Host
+from sandboxes import placement
+from sandboxes.housekeeping.config import system_for
+from tenants import audit
+
+logger = logging.getLogger(__name__)
+
+_PROBE_THREADS = 8
+
+
+def probe(host: Host) -> ProbeResult:
+    """The host's health and load: an unreachable host is an unhealthy one, not an error.
+
+    Raises BackendError only when no backend is configured for the host's kind.
+    """
+    backend = get_backend(host)
+    try:
+        result = backend.probe()
+    except Exception as exc:  # a probe reports, it never raises
+        return ProbeResult(healthy=False, error=str(exc) or type(exc).__name__)
+    if result.healthy and result.gpu_percent is None:
+        result = replace(result, gpu_percent=_gpu_percent(backend))
+    return result
+
+
+def _gpu_percent(backend: Any) -> float | None:
+    probe_gpu = getattr(backend, "probe_gpu", None)  # optional for duck-typed backends
+    try:
+        return probe_gpu() if probe_gpu else None
+    except Exception:  # no GPU figure is no reason to call the host down
+        logger.warning("GPU probe of host %s failed", backend.host, exc_info=True)
+        return None
+
+
+def probe_unconfigured_too(host: Host) -> ProbeResult:
+    try:
+        return probe(host)
+    except BackendError as exc:
+        return ProbeResult(healthy=False, error=str(exc))
+
+
+def record_probe(host: Host, result: ProbeResult) -> Host:
+    """Store a probe on the host; a change of health leaves a host.down / host.up audit row."""
+    was_healthy = host.healthy
+    host.healthy = result.healthy
+    host.last_probe_at = timezone.now()
+    host.cpu_percent = result.cpu_percent
+    host.memory_percent = result.memory_percent
+    host.gpu_percent = result.gpu_percent
+    host.last_error = result.error[:2000]
+    host.idle_score = placement.idle_score(host, result)
+    # Only the probe's fields: an admin may be changing draining or capacity at the same time.
+    host.save(
+        update_fields=[
+            "healthy",
+            "last_probe_at",
+            "cpu_percent",
+            "memory_percent",
+            "gpu_percent",
+            "last_error",
+            "idle_score",
+        ]
+    )
+    if was_healthy != result.healthy:
+        audit.record(
+            system_for(host.team),
+            "host.up" if result.healthy else "host.down",
+            target_type="host",
+            target_id=str(host.pk),
+            details={"host": host.name, "error": result.error[:1000]},
+        )
+        logger.warning("host %s is %s %s", host, "up" if result.healthy else "down", result.error)
+    return host
+
+
+def probe_hosts(hosts: list[Host] | None = None) -> list[Host]:
+    """Probe hosts in parallel (a slow one does not hold up the others) and store the results.
+
+    By default every enabled host whose kind has a backend.
+    """
+    if hosts is None:
+        hosts = list(Host.objects.filter(enabled=True, kind__in=list(settings.SANDHUB_BACKENDS)))
+    if not hosts:
+        return []
+    # Threads only talk to hosts; the database is written from this thread.
+    with ThreadPoolExecutor(max_workers=min(_PROBE_THREADS, len(hosts))) as executor:
+        results = list(executor.map(probe_unconfigured_too, hosts))
+    return [record_probe(host, result) for host, result in zip(hosts, results, strict=True)]

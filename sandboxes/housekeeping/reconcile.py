@@ -1,0 +1,197 @@
+"""Reconciliation: make each host and the database agree (orphans removed, vanished sandboxes
+lost, silent hosts down, vanished pool members forgotten)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+
+from hosts.backends import get_backend
+from hosts.backends.base import BackendError, ManagedResource, ProbeResult, Unsupported
+from hosts.models import Host
+from sandboxes.housekeeping.config import (
+    DEFAULT_INSTANCE,
+    instance_name,
+    orphan_grace_seconds,
+    system_for,
+)
+from sandboxes.housekeeping.probes import probe_unconfigured_too, record_probe
+from sandboxes.models import Sandbox, SandboxStatus, WarmContainer, WarmContainerStatus
+from tenants import audit
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ReconcileReport:
+    removed: list[str] = field(default_factory=list)  # label ids of orphans removed
+    lost: list[str] = field(default_factory=list)  # sandbox ids marked lost
+    down: list[str] = field(default_factory=list)  # hosts that do not answer
+    stale_pool: list[str] = field(default_factory=list)  # ready pool rows without a container
+    errors: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def reconcile(hosts: list[Host] | None = None, *, grace: float | None = None) -> ReconcileReport:
+    """Make each host and the database agree.
+
+    - a host that does not answer is marked unhealthy (placement skips it); one that answers
+      again is marked healthy;
+    - a container or volume of this deployment that no sandbox or pool member owns, older
+      than the grace period, is removed;
+    - a running sandbox whose container is gone is marked lost;
+    - a ready pool member whose container is gone is forgotten.
+    """
+    report = ReconcileReport()
+    grace = orphan_grace_seconds() if grace is None else grace
+    for host in _hosts_to_reconcile() if hosts is None else hosts:
+        try:
+            _reconcile_host(host, grace, report)
+        except BackendError as exc:
+            report.errors.append(f"{host.name}: {exc}")
+            logger.warning("reconciling host %s failed: %s", host, exc)
+    _prune_claims()
+    return report
+
+
+def _hosts_to_reconcile() -> list[Host]:
+    """Enabled hosts, and disabled ones that still carry sandboxes or pool members."""
+    carries = Q(sandboxes__status__in=[s for s in SandboxStatus if s != SandboxStatus.DELETED])
+    carries |= Q(warm_containers__isnull=False)
+    return list(
+        Host.objects.filter(kind__in=list(settings.SANDHUB_BACKENDS))
+        .filter(Q(enabled=True) | carries)
+        .distinct()
+    )
+
+
+def _reconcile_host(host: Host, grace: float, report: ReconcileReport) -> None:
+    result = probe_unconfigured_too(host)
+    record_probe(host, result)
+    if not result.healthy:
+        report.down.append(host.name)
+        return
+    listed_at, listed_at_time = timezone.now(), time.time()
+    try:
+        resources = get_backend(host).list_managed()
+    except Unsupported:
+        return
+    except BackendError as exc:
+        record_probe(host, ProbeResult(healthy=False, error=str(exc)))
+        report.down.append(host.name)
+        return
+    # Read ownership after listing: anything created before the listing is in the database
+    # by now (rows are committed before their containers are made).
+    owned = _owned_label_ids()
+    _remove_orphans(host, resources, owned, listed_at_time - grace, report)
+    present = {r.label_id for r in resources if r.kind == "container"}
+    _mark_lost(host, present, listed_at, report)
+    _forget_vanished_pool_members(host, present, listed_at - timedelta(seconds=grace), report)
+
+
+def _owned_label_ids() -> set[str]:
+    """Ids written on containers that must stay: sandboxes not deleted, and pool members."""
+    owned = set(
+        Sandbox.objects.exclude(status=SandboxStatus.DELETED).values_list("public_id", flat=True)
+    )
+    unclaimed = Q(status__in=[WarmContainerStatus.PROVISIONING, WarmContainerStatus.READY])
+    claimed = Q(status=WarmContainerStatus.CLAIMED) & ~Q(sandbox__status=SandboxStatus.DELETED)
+    owned |= set(
+        WarmContainer.objects.filter(unclaimed | claimed).values_list("pool_id", flat=True)
+    )
+    return owned
+
+
+def _remove_orphans(
+    host: Host,
+    resources: list[ManagedResource],
+    owned: set[str],
+    born_before: float,
+    report: ReconcileReport,
+) -> None:
+    groups: dict[str, list[ManagedResource]] = defaultdict(list)
+    for resource in resources:
+        groups[resource.label_id].append(resource)
+    mine = instance_name()
+    backend = get_backend(host)
+    for label_id, group in groups.items():
+        if label_id in owned or _instance_of(group) != mine:
+            continue
+        if any(r.created_at is None or r.created_at > born_before for r in group):
+            continue
+        # Containers first: a volume cannot go while a container still uses it.
+        for resource in sorted(group, key=lambda r: r.kind != "container"):
+            backend.destroy(resource.state)
+        report.removed.append(label_id)
+        audit.record(
+            system_for(None),
+            "reconcile.orphan_removed",
+            target_type="container",
+            target_id=label_id[:64],
+            details={"host": host.name, "removed": [f"{r.kind} {r.name}" for r in group]},
+        )
+
+
+def _instance_of(group: list[ManagedResource]) -> str:
+    """The deployment a container says it belongs to (volumes carry no instance label)."""
+    labelled = [r.instance for r in group if r.instance]
+    return labelled[0] if labelled else DEFAULT_INSTANCE
+
+
+def _mark_lost(host: Host, present: set[str], listed_at: datetime, report: ReconcileReport) -> None:
+    # Only sandboxes running since before the listing: a container started after it is not in
+    # it. The UPDATE is conditional, so a sandbox deleted meanwhile is left alone.
+    running = Sandbox.objects.filter(
+        host=host, status=SandboxStatus.RUNNING, started_at__lt=listed_at
+    ).select_related("team", "warm_container")
+    for sandbox in running:
+        label_id = _label_id_of(sandbox)
+        if label_id in present:
+            continue
+        message = "its container disappeared from the host (found by reconciliation)"
+        if sandbox.transition_if(SandboxStatus.LOST, message):
+            report.lost.append(sandbox.public_id)
+            audit.record(
+                system_for(sandbox.team),
+                "sandbox.lost",
+                target_type="sandbox",
+                target_id=sandbox.public_id,
+                details={"host": host.name, "container": label_id},
+            )
+
+
+def _label_id_of(sandbox: Sandbox) -> str:
+    """The id on the sandbox's container: its own, or the pool id of the member it claimed."""
+    try:
+        member = sandbox.warm_container
+    except WarmContainer.DoesNotExist:
+        return sandbox.public_id
+    return member.pool_id
+
+
+def _forget_vanished_pool_members(
+    host: Host, present: set[str], ready_before: datetime, report: ReconcileReport
+) -> None:
+    vanished = WarmContainer.objects.filter(
+        host=host, status=WarmContainerStatus.READY, ready_at__lt=ready_before
+    ).exclude(pool_id__in=present)
+    for member in vanished:
+        if WarmContainer.objects.filter(pk=member.pk, status=WarmContainerStatus.READY).delete()[0]:
+            report.stale_pool.append(member.pool_id)
+
+
+def _prune_claims() -> None:
+    """Claim rows of deleted sandboxes tie nothing any more."""
+    WarmContainer.objects.filter(
+        status=WarmContainerStatus.CLAIMED, sandbox__status=SandboxStatus.DELETED
+    ).delete()

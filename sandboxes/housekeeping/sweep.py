@@ -1,0 +1,175 @@
+"""Auto-cleanup: delete sandboxes past their lifetime or idle beyond their team's idle
+timeout, and close command rows whose recorder died."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.utils import timezone
+
+from hosts.backends import get_backend
+from sandboxes.auditing import audited, current
+from sandboxes.errors import BackendFailure, ServiceError
+from sandboxes.housekeeping.config import system_for
+from sandboxes.models import CommandExecution, CommandStatus, Sandbox, SandboxStatus
+from tenants.models import Team
+from tenants.principal import Principal
+
+# Sandboxes the sweep may delete: pending/starting are being created, stopping being deleted.
+SWEEPABLE = (
+    SandboxStatus.RUNNING,
+    SandboxStatus.STOPPED,
+    SandboxStatus.ERROR,
+    SandboxStatus.LOST,
+)
+# Statuses a sandbox passes through while a request creates or deletes it. One still in them
+# this long after its expiry was left there by a process that died mid-way (and may still
+# hold a container, and counts against its team's quota): the sweep finishes the job.
+IN_FLIGHT = (SandboxStatus.PENDING, SandboxStatus.STARTING, SandboxStatus.STOPPING)
+STUCK_AFTER_EXPIRY = timedelta(minutes=10)
+# A sandbox with a command queued or running is in use, whatever last_activity_at says: a
+# background job (or a long foreground one) only touches it when it finishes.
+BUSY_COMMAND_STATUSES = (CommandStatus.QUEUED, CommandStatus.RUNNING)
+
+
+@dataclass
+class SweepReport:
+    expired: list[str] = field(default_factory=list)
+    idle: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    abandoned_commands: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def sweep(now: datetime | None = None) -> SweepReport:
+    """Delete sandboxes past expires_at, then those idle beyond their team's idle timeout.
+
+    Sandboxes on hosts that do not answer wait until they do (their deletion would fail).
+    Each deletion first moves the row to stopping with a conditional UPDATE, so two workers
+    sweeping at once never delete the same sandbox twice, and a command that starts in the
+    meantime keeps an idle sandbox alive.
+    """
+    now = now or timezone.now()
+    report = SweepReport(abandoned_commands=close_abandoned_commands(now))
+    for sandbox in _sweepable().filter(expires_at__lte=now):
+        if _claim(sandbox, Q(expires_at__lte=now), "expired", now):
+            _retire_reporting(sandbox, "expire", report.expired, report)
+    stuck = Q(expires_at__lte=now - STUCK_AFTER_EXPIRY)
+    for sandbox in _sweepable(IN_FLIGHT).filter(stuck):
+        if _claim(sandbox, stuck, f"expired while {sandbox.status}, and stuck there", now):
+            _retire_reporting(sandbox, "expire", report.expired, report)
+    for team in _teams_with_idle_timeout():
+        cutoff = now - timedelta(minutes=team.idle_timeout_minutes)
+        idle = Q(last_activity_at__lt=cutoff) & ~Q(Exists(_busy_commands()))
+        for sandbox in _sweepable().filter(team=team).filter(idle):
+            if _claim(sandbox, idle, f"idle for over {team.idle_timeout_minutes} minutes", now):
+                _retire_reporting(sandbox, "idle", report.idle, report)
+    return report
+
+
+# How long past its own deadline a command row may stay unfinished before the sweep decides
+# the process recording it died (a web process killed mid-command, a crash mid-start).
+ABANDONED_AFTER = timedelta(minutes=5)
+
+
+def close_abandoned_commands(now: datetime) -> int:
+    """Mark as error the command rows whose recorder died, so they stop keeping sandboxes busy.
+
+    A foreground command past its timeout plus a grace period, or a background command
+    still queued (never started) after the grace period, will never be finished by anyone.
+    Running background commands are not touched: their job records its own end and
+    recover_background supervises them again.
+    """
+    # Few rows are ever running at once: the per-row deadline is checked here, not in SQL,
+    # where duration arithmetic differs between SQLite and PostgreSQL.
+    running = CommandExecution.objects.filter(
+        background=False, status=CommandStatus.RUNNING, started_at__lt=now - ABANDONED_AFTER
+    ).values_list("pk", "started_at", "timeout_seconds")
+    overdue_foreground = CommandExecution.objects.filter(
+        status=CommandStatus.RUNNING,
+        pk__in=[
+            pk
+            for pk, started_at, timeout in running
+            if started_at + timedelta(seconds=timeout) + ABANDONED_AFTER < now
+        ],
+    )
+    never_started = CommandExecution.objects.filter(
+        background=True, status=CommandStatus.QUEUED, created_at__lt=now - ABANDONED_AFTER
+    )
+    closed = 0
+    for rows, why in (
+        (overdue_foreground, "abandoned: the process running it stopped before recording"),
+        (never_started, "abandoned: the process starting it stopped before it started"),
+    ):
+        closed += rows.update(status=CommandStatus.ERROR, error_message=why, finished_at=now)
+    return closed
+
+
+def _sweepable(statuses: tuple[str, ...] = SWEEPABLE) -> QuerySet[Sandbox]:
+    return (
+        Sandbox.objects.filter(status__in=statuses)
+        .filter(Q(host__isnull=True) | Q(host__healthy=True))
+        .select_related("team", "host", "image")
+        .order_by("pk")
+    )
+
+
+def _teams_with_idle_timeout() -> QuerySet[Team]:
+    # 0 turns the idle timeout off for a team.
+    return Team.objects.filter(
+        idle_timeout_minutes__gt=0, sandboxes__status__in=SWEEPABLE
+    ).distinct()
+
+
+def _busy_commands() -> QuerySet[CommandExecution]:
+    return CommandExecution.objects.filter(sandbox=OuterRef("pk"), status__in=BUSY_COMMAND_STATUSES)
+
+
+def _claim(sandbox: Sandbox, still: Q, why: str, now: datetime) -> bool:
+    """Move the sandbox to stopping if it is still as the sweep saw it; True if this worker won.
+
+    Compare-and-set on status and message: a stuck sandbox is stopping already, and the
+    new message (with the time) is what tells a second sweeper it lost.
+    """
+    message = f"auto-cleanup at {now:%Y-%m-%d %H:%M:%S} UTC: {why}"
+    return sandbox.transition_if(SandboxStatus.STOPPING, message, still)
+
+
+def _retire_reporting(sandbox: Sandbox, reason: str, done: list[str], report: SweepReport) -> None:
+    try:
+        retire(system_for(sandbox.team), sandbox, reason)
+    except ServiceError as exc:
+        report.failed[sandbox.public_id] = exc.message
+    else:
+        done.append(sandbox.public_id)
+
+
+@audited("sandbox.expire", "sandbox")
+def retire(principal: Principal, sandbox: Sandbox, reason: str) -> None:
+    """Remove a sandbox the sweep claimed (status stopping); audited as sandbox.<reason>."""
+    draft = current()
+    draft.action = f"sandbox.{reason}"
+    draft.target("sandbox", sandbox.public_id)
+    draft.details.update(
+        {
+            "reason": sandbox.status_message,
+            "host": sandbox.host.name if sandbox.host else None,
+            "last_activity_at": sandbox.last_activity_at.isoformat(),
+            "expires_at": sandbox.expires_at.isoformat() if sandbox.expires_at else None,
+        }
+    )
+    try:
+        if sandbox.host and sandbox.backend_state:
+            get_backend(sandbox.host).destroy(sandbox.backend_state)
+    except Exception as exc:  # whatever it was, never leave the sandbox claimed (stopping)
+        # Left in error: the next sweep tries again (error sandboxes are sweepable).
+        sandbox.transition(SandboxStatus.ERROR, f"auto-cleanup failed: {exc}")
+        sandbox.save(update_fields=["status", "status_message"])
+        raise BackendFailure(f"could not delete sandbox {sandbox.public_id}: {exc}") from exc
+    sandbox.transition(SandboxStatus.DELETED, sandbox.status_message)
+    sandbox.save()

@@ -1,0 +1,216 @@
+"""Commands: run a shell command, Python, pip; the sandbox's command history."""
+
+from __future__ import annotations
+
+import time
+
+from django.utils import timezone
+
+from hosts.backends.base import BackendError, ExecResult, OutputCallback, SandboxGone
+from sandboxes import access, validation
+from sandboxes.access import READ, WRITE
+from sandboxes.auditing import audited, current
+from sandboxes.errors import BackendFailure, InvalidInput, NotFound
+from sandboxes.models import CommandExecution, CommandStatus, Sandbox
+from sandboxes.results import CommandResult
+from sandboxes.services.common import backend_of, decode_output, mark_lost, running_sandbox, touch
+from tenants.principal import Principal
+
+
+@audited("command.run", "sandbox")
+def run_command(
+    principal: Principal,
+    sandbox_id: str,
+    command: str,
+    *,
+    cwd: str = validation.WORKSPACE,
+    env: dict[str, str] | None = None,
+    timeout: float | None = None,
+    output_cap: int | None = None,
+    on_output: OutputCallback | None = None,
+) -> CommandResult:
+    """Run a shell command (bash -c) and wait for it; a timeout kills it in the sandbox."""
+    command = validation.command(command)
+    return _execute(
+        principal,
+        sandbox_id,
+        ["bash", "-c", command],
+        command,
+        "command",
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+        output_cap=output_cap,
+        on_output=on_output,
+    )
+
+
+@audited("command.python", "sandbox")
+def run_python(
+    principal: Principal,
+    sandbox_id: str,
+    code: str,
+    *,
+    cwd: str = validation.WORKSPACE,
+    env: dict[str, str] | None = None,
+    timeout: float | None = None,
+    output_cap: int | None = None,
+    on_output: OutputCallback | None = None,
+) -> CommandResult:
+    """Run Python source with the sandbox's python3."""
+    code = validation.command(code, "code")
+    return _execute(
+        principal,
+        sandbox_id,
+        ["python3", "-c", code],
+        code,
+        "python",
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+        output_cap=output_cap,
+        on_output=on_output,
+    )
+
+
+@audited("command.install", "sandbox")
+def install_packages(
+    principal: Principal,
+    sandbox_id: str,
+    packages: list[str] | str,
+    *,
+    index_url: str | None = None,
+    timeout: float | None = None,
+    on_output: OutputCallback | None = None,
+) -> CommandResult:
+    """pip install --user the given requirements (no shell: each is one argument)."""
+    requirements = validation.packages(packages)
+    argv = ["python3", "-m", "pip", "install", "--user", "--no-input", "--progress-bar", "off"]
+    if index_url is not None:
+        if not isinstance(index_url, str) or not index_url.startswith(("http://", "https://")):
+            raise InvalidInput("index_url must be an http(s) URL")
+        argv += ["--index-url", validation.no_nul(index_url, "index_url")]
+    argv += requirements
+    current().details["packages"] = requirements
+    return _execute(
+        principal,
+        sandbox_id,
+        argv,
+        "pip install " + " ".join(requirements),
+        "pip",
+        timeout=timeout if timeout is not None else 600,
+        on_output=on_output,
+    )
+
+
+def _execute(
+    principal: Principal,
+    sandbox_id: str,
+    argv: list[str],
+    display: str,
+    kind: str,
+    *,
+    cwd: str = validation.WORKSPACE,
+    env: dict[str, str] | None = None,
+    timeout: float | None = None,
+    output_cap: int | None = None,
+    on_output: OutputCallback | None = None,
+) -> CommandResult:
+    current().target("sandbox", sandbox_id)
+    cwd = validation.path(cwd, "cwd")
+    exec_env = validation.env(env)
+    seconds = validation.timeout(timeout)
+    cap = validation.output_cap(output_cap)
+    sandbox = running_sandbox(principal, sandbox_id, WRITE, "run commands")
+
+    execution = CommandExecution.objects.create(
+        sandbox=sandbox,
+        actor=principal.user,
+        channel=principal.channel,
+        kind=kind,
+        command=display,
+        cwd=cwd,
+        timeout_seconds=seconds,
+        status=CommandStatus.RUNNING,
+        started_at=timezone.now(),
+    )
+    current().details.update({"command_id": execution.pk, "command": display[:500]})
+    started = time.monotonic()
+    try:
+        result = backend_of(sandbox).exec(
+            sandbox.backend_state,
+            argv,
+            cwd=cwd,
+            env={**sandbox.env, **exec_env},
+            timeout=seconds,
+            output_cap=cap,
+            on_output=on_output,
+        )
+    except BackendError as exc:
+        fail_execution(execution, sandbox, exc, time.monotonic() - started)
+        raise BackendFailure(f"command could not run in sandbox {sandbox_id}: {exc}") from exc
+    _finish_execution(execution, result)
+    touch(sandbox)
+    current().details.update({"status": execution.status, "exit_code": execution.exit_code})
+    return CommandResult.from_model(execution)
+
+
+def _status_of(result: ExecResult) -> str:
+    if result.timed_out:
+        return CommandStatus.TIMED_OUT
+    return CommandStatus.SUCCEEDED if result.exit_code == 0 else CommandStatus.FAILED
+
+
+def _finish_execution(execution: CommandExecution, result: ExecResult) -> None:
+    execution.status = _status_of(result)
+    execution.exit_code = result.exit_code
+    execution.stdout = decode_output(result.stdout)
+    execution.stderr = decode_output(result.stderr)
+    execution.stdout_truncated = result.stdout_truncated
+    execution.stderr_truncated = result.stderr_truncated
+    execution.stdout_bytes = result.stdout_bytes
+    execution.stderr_bytes = result.stderr_bytes
+    execution.duration_seconds = result.duration_seconds
+    execution.finished_at = timezone.now()
+    if result.timed_out:
+        execution.error_message = f"timed out after {execution.timeout_seconds:g} s"
+    execution.save()
+
+
+def fail_execution(
+    execution: CommandExecution, sandbox: Sandbox, exc: BackendError, elapsed: float
+) -> None:
+    """Record a command the backend could not run; a vanished sandbox is marked lost."""
+    execution.status = CommandStatus.ERROR
+    execution.error_message = str(exc)[:2000]
+    execution.duration_seconds = elapsed
+    execution.finished_at = timezone.now()
+    execution.save()
+    if isinstance(exc, SandboxGone):
+        mark_lost(sandbox, str(exc))
+
+
+@audited("command.list", "sandbox")
+def list_commands(principal: Principal, sandbox_id: str, *, limit: int = 50) -> list[CommandResult]:
+    """The sandbox's most recent commands, newest first."""
+    current().target("sandbox", sandbox_id)
+    validation.positive_int(limit, "limit", minimum=1, maximum=500)
+    sandbox = access.get_sandbox(principal, sandbox_id, READ, "see command history")
+    executions = sandbox.commands.select_related("sandbox", "actor")[:limit]
+    return [CommandResult.from_model(e) for e in executions]
+
+
+@audited("command.get", "command")
+def get_command(principal: Principal, command_id: int) -> CommandResult:
+    current().target("command", command_id)
+    validation.positive_int(command_id, "command id", minimum=1)
+    access.require(principal, READ, "see command history")
+    visible = access.sandboxes_of(principal)
+    execution = (
+        CommandExecution.objects.select_related("sandbox", "actor")
+        .filter(pk=command_id, sandbox__in=visible)
+        .first()
+    )
+    if execution is None:
+        raise NotFound(f"command {command_id} not found")
+    return CommandResult.from_model(execution)

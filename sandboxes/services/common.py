@@ -1,0 +1,73 @@
+"""What every service does the same way: find the principal's sandbox, call its backend, and
+turn a backend failure into a service error (a vanished sandbox is marked lost on the way)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from django.utils import timezone
+
+from hosts.backends import get_backend
+from hosts.backends.base import BackendError, SandboxBackend, SandboxGone
+from sandboxes import access
+from sandboxes.auditing import current
+from sandboxes.errors import BackendFailure, Conflict, NotFound
+from sandboxes.models import ALLOWED_TRANSITIONS, Sandbox, SandboxStatus
+from tenants.principal import Principal
+
+
+def running_sandbox(principal: Principal, sandbox_id: str, need: str, doing: str) -> Sandbox:
+    """The principal's sandbox, authorized for `need`, named as the audit target, running."""
+    current().target("sandbox", sandbox_id)
+    sandbox = access.get_sandbox(principal, sandbox_id, need, doing)
+    require_running(sandbox)
+    return sandbox
+
+
+def require_running(sandbox: Sandbox) -> None:
+    if sandbox.status != SandboxStatus.RUNNING:
+        raise Conflict(f"sandbox {sandbox.public_id} is {sandbox.status}, not running")
+
+
+def backend_of(sandbox: Sandbox) -> SandboxBackend:
+    if sandbox.host is None:
+        raise BackendFailure(f"sandbox {sandbox.public_id} has no host")
+    return get_backend(sandbox.host)
+
+
+@contextmanager
+def backend_errors(sandbox: Sandbox, doing: str, *, missing: str = "") -> Iterator[None]:
+    """Map what the backend raises inside the block to service errors, the same in every
+    service: a missing path is NotFound (when `missing` names it), a vanished sandbox is
+    marked lost, anything else the host says is a BackendFailure naming what was being done.
+    """
+    try:
+        yield
+    except FileNotFoundError as exc:
+        if not missing:
+            raise BackendFailure(
+                f"could not {doing} in sandbox {sandbox.public_id}: {exc}"
+            ) from exc
+        raise NotFound(f"{missing} not found in sandbox {sandbox.public_id}") from exc
+    except BackendError as exc:
+        if isinstance(exc, SandboxGone):
+            mark_lost(sandbox, str(exc))
+        raise BackendFailure(f"could not {doing} in sandbox {sandbox.public_id}: {exc}") from exc
+
+
+def mark_lost(sandbox: Sandbox, message: str) -> None:
+    """The sandbox's container or directory is gone: lost, unless it is already on its way out
+    (being deleted, deleted, in error), which says more than lost would."""
+    if SandboxStatus.LOST not in ALLOWED_TRANSITIONS[sandbox.status]:
+        return
+    sandbox.transition_if(SandboxStatus.LOST, message)
+
+
+def touch(sandbox: Sandbox) -> None:
+    Sandbox.objects.filter(pk=sandbox.pk).update(last_activity_at=timezone.now())
+
+
+def decode_output(data: bytes) -> str:
+    """Text as faithful as a database column allows: invalid UTF-8 and NUL as \\x escapes."""
+    return data.decode("utf-8", errors="backslashreplace").replace("\x00", "\\x00")

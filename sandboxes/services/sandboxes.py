@@ -1,0 +1,213 @@
+"""Sandboxes: create (placement, quotas, provisioning), list, get, delete, rename."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from hosts.backends.base import BackendError, SandboxGone, SandboxSpec
+from hosts.models import Image
+from sandboxes import access, placement, validation
+from sandboxes.access import READ, WRITE
+from sandboxes.auditing import audited, current
+from sandboxes.errors import BackendFailure, InvalidInput, PermissionDenied, QuotaExceeded
+from sandboxes.housekeeping import pool
+from sandboxes.limits import DEFAULT_CPUS, DEFAULT_MEMORY_MB, DEFAULT_PIDS_LIMIT, MIN_MEMORY_MB
+from sandboxes.models import Sandbox, SandboxStatus
+from sandboxes.results import SandboxInfo
+from sandboxes.services.common import backend_of
+from tenants.models import Team
+from tenants.principal import Principal
+
+
+@audited("sandbox.create", "sandbox")
+def create_sandbox(
+    principal: Principal,
+    *,
+    image: str | None = None,
+    name: str | None = None,
+    cpus: float | None = None,
+    memory_mb: int | None = None,
+    env: dict[str, str] | None = None,
+    lifetime_minutes: int | None = None,
+    network: bool | None = None,
+) -> SandboxInfo:
+    """Create a sandbox on the idlest host with room and wait until it is running."""
+    access.require(principal, WRITE, "create sandboxes")
+    team = _team(principal)
+    chosen_image = _image_for(team, image)
+    limits = _limits(team, cpus, memory_mb, network)
+    lifetime = _lifetime(team, lifetime_minutes)
+    spec_env = validation.env(env)
+    sandbox_name = validation.name(name)
+
+    with transaction.atomic():
+        # Lock the team row so concurrent creations cannot both pass the quota check.
+        team = Team.objects.select_for_update().get(pk=team.pk)
+        _check_running_quota(team)
+        host = placement.choose_host(team)
+        sandbox = Sandbox.objects.create(
+            team=team,
+            owner=principal.user,
+            host=host,
+            image=chosen_image,
+            name=sandbox_name,
+            env=spec_env,
+            expires_at=timezone.now() + timedelta(minutes=lifetime),
+            **limits,
+        )
+    current().target("sandbox", sandbox.public_id)
+    current().details.update({"image": chosen_image.name, "host": host.name, **limits})
+    _provision(sandbox)
+    return SandboxInfo.from_model(sandbox)
+
+
+def _team(principal: Principal) -> Team:
+    if principal.team is None:
+        raise InvalidInput("a team is needed to create a sandbox")
+    return principal.team
+
+
+def _image_for(team: Team, name: str | None) -> Image:
+    if name is None or name == "":
+        chosen = Image.objects.filter(is_default=True).first()
+        if chosen is None:
+            raise InvalidInput("no default image is configured; name an image")
+    else:
+        if not isinstance(name, str):
+            raise InvalidInput("image must be a string")
+        chosen = Image.objects.filter(name=name).first()
+        if chosen is None or not chosen.allowed_for(team):
+            available = ", ".join(i.name for i in Image.objects.all() if i.allowed_for(team))
+            raise InvalidInput(f"unknown image {name!r}; available: {available or 'none'}")
+    return chosen
+
+
+def _limits(team: Team, cpus: Any, memory_mb: Any, network: Any) -> dict[str, Any]:
+    cpus = min(DEFAULT_CPUS, team.max_cpus_per_sandbox) if cpus is None else cpus
+    if isinstance(cpus, bool) or not isinstance(cpus, int | float) or cpus <= 0:
+        raise InvalidInput("cpus must be a positive number")
+    if cpus > team.max_cpus_per_sandbox:
+        raise QuotaExceeded(f"team quota: at most {team.max_cpus_per_sandbox:g} cpus per sandbox")
+    memory_mb = (
+        min(DEFAULT_MEMORY_MB, team.max_memory_mb_per_sandbox) if memory_mb is None else memory_mb
+    )
+    validation.positive_int(memory_mb, "memory_mb", minimum=MIN_MEMORY_MB)
+    if memory_mb > team.max_memory_mb_per_sandbox:
+        raise QuotaExceeded(
+            f"team quota: at most {team.max_memory_mb_per_sandbox} MB of memory per sandbox"
+        )
+    network = team.allow_network if network is None else network
+    if not isinstance(network, bool):
+        raise InvalidInput("network must be true or false")
+    if network and not team.allow_network:
+        raise PermissionDenied(f"team {team.slug} may not give sandboxes network access")
+    return {
+        "cpus": float(cpus),
+        "memory_mb": memory_mb,
+        "pids_limit": DEFAULT_PIDS_LIMIT,
+        "network": network,
+    }
+
+
+def _lifetime(team: Team, minutes: Any) -> int:
+    if minutes is None:
+        return min(team.default_lifetime_minutes, team.max_lifetime_minutes)
+    validation.positive_int(minutes, "lifetime_minutes", minimum=1)
+    if minutes > team.max_lifetime_minutes:
+        raise QuotaExceeded(
+            f"team quota: sandboxes live at most {team.max_lifetime_minutes} minutes"
+        )
+    return minutes
+
+
+def _check_running_quota(team: Team) -> None:
+    running = Sandbox.objects.filter(team=team).live().count()
+    if running >= team.max_running_sandboxes:
+        raise QuotaExceeded(
+            f"team quota: at most {team.max_running_sandboxes} running sandboxes "
+            f"({running} running); delete one first"
+        )
+
+
+def _provision(sandbox: Sandbox) -> None:
+    """Start the sandbox on its host; on failure leave nothing behind and say why."""
+    sandbox.transition(SandboxStatus.STARTING)
+    sandbox.save(update_fields=["status", "status_message"])
+    spec = SandboxSpec(
+        sandbox_id=sandbox.public_id,
+        image_reference=sandbox.image.reference,
+        cpus=sandbox.cpus,
+        memory_mb=sandbox.memory_mb,
+        pids_limit=sandbox.pids_limit,
+        network=sandbox.network,
+        env=sandbox.env,
+        labels={"org.sandhub.team": sandbox.team.slug},
+    )
+    try:
+        # A warm-pool member when one fits (sandboxes/housekeeping/pool.py), else a fresh container.
+        sandbox.backend_state = pool.provision_sandbox(sandbox, spec)
+    except BackendError as exc:
+        # The backend removed what it had made; the row stays only as history.
+        sandbox.transition(SandboxStatus.ERROR, f"provisioning failed: {exc}")
+        sandbox.transition(SandboxStatus.STOPPING)
+        sandbox.transition(SandboxStatus.DELETED, f"provisioning failed: {exc}")
+        sandbox.save()
+        raise BackendFailure(f"could not start the sandbox on host {sandbox.host}: {exc}") from exc
+    sandbox.transition(SandboxStatus.RUNNING)
+    sandbox.last_activity_at = timezone.now()
+    sandbox.save()
+
+
+@audited("sandbox.list", "sandbox")
+def list_sandboxes(principal: Principal) -> list[SandboxInfo]:
+    access.require(principal, READ, "list sandboxes")
+    return [SandboxInfo.from_model(s) for s in access.sandboxes_of(principal)]
+
+
+@audited("sandbox.get", "sandbox")
+def get_sandbox(principal: Principal, sandbox_id: str) -> SandboxInfo:
+    current().target("sandbox", sandbox_id)
+    sandbox = access.get_sandbox(principal, sandbox_id, READ, "see sandboxes")
+    return SandboxInfo.from_model(sandbox)
+
+
+@audited("sandbox.delete", "sandbox")
+def delete_sandbox(principal: Principal, sandbox_id: str) -> SandboxInfo:
+    """Remove the sandbox and everything it stored; its history stays."""
+    current().target("sandbox", sandbox_id)
+    sandbox = access.get_sandbox(principal, sandbox_id, WRITE, "delete sandboxes")
+    if sandbox.status == SandboxStatus.PENDING:
+        sandbox.transition(SandboxStatus.DELETED)
+        sandbox.save()
+        return SandboxInfo.from_model(sandbox)
+    sandbox.transition(SandboxStatus.STOPPING)
+    sandbox.save(update_fields=["status", "status_message"])
+    message = ""
+    try:
+        if sandbox.host and sandbox.backend_state:
+            backend_of(sandbox).destroy(sandbox.backend_state)
+    except SandboxGone as exc:
+        # Already gone from its host: what deleting it was for. Lost on the way, then deleted.
+        message = f"its container or directory was already gone: {exc}"
+    except BackendError as exc:
+        sandbox.transition(SandboxStatus.ERROR, f"delete failed: {exc}")
+        sandbox.save(update_fields=["status", "status_message"])
+        raise BackendFailure(f"could not delete sandbox {sandbox_id}: {exc}") from exc
+    sandbox.transition(SandboxStatus.DELETED, message)
+    sandbox.save()
+    return SandboxInfo.from_model(sandbox)
+
+
+@audited("sandbox.rename", "sandbox")
+def rename_sandbox(principal: Principal, sandbox_id: str, name: str) -> SandboxInfo:
+    current().target("sandbox", sandbox_id)
+    new_name = validation.name(name)
+    sandbox = access.get_sandbox(principal, sandbox_id, WRITE, "rename sandboxes")
+    current().details.update({"from": sandbox.name, "to": new_name})
+    sandbox.name = new_name
+    sandbox.save(update_fields=["name"])
+    return SandboxInfo.from_model(sandbox)
