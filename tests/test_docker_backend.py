@@ -25,7 +25,6 @@ import docker
 import docker.errors
 import pytest
 
-from hosts.backends import docker as docker_backend
 from hosts.backends.base import (
     BackendError,
     ExecResult,
@@ -34,6 +33,7 @@ from hosts.backends.base import (
     Unsupported,
 )
 from hosts.backends.docker import DockerBackend
+from hosts.backends.docker import exec as docker_backend
 from hosts.models import Credential, Host
 
 pytestmark = pytest.mark.docker
@@ -362,7 +362,7 @@ def test_concurrent_commands_share_one_backend(sandbox: dict[str, Any]) -> None:
     try:
         with ThreadPoolExecutor(max_workers=6) as pool:
             results = list(pool.map(worker, range(6)))
-        clients = {id(shared._client()) for _ in range(3)}
+        clients = {id(shared.engine.client()) for _ in range(3)}
     finally:
         shared.close()
     assert results == [[f"{n}-{i}\n".encode() for i in range(8)] for n in range(6)]
@@ -672,7 +672,7 @@ def test_probe_counts_claimed_pool_members_at_their_size_and_idle_ones_apart(
     try:
         backend.claim_pool_member(member, make_spec(memory_mb=512, cpus=0.75))
         # Only this test's containers, whatever else runs on the engine meanwhile.
-        api = backend._api()
+        api = backend.engine.api()
         listed, inspect = api.containers, api.inspect_container
         inspected: list[str] = []
 
@@ -714,8 +714,8 @@ def test_tls_material_is_written_privately_and_removed() -> None:
     credential.set_secret('{"ca": "CA PEM", "cert": "CERT PEM", "key": "KEY PEM"}')
     host = Host(name="tls", kind="docker", endpoint="tcp://127.0.0.1:9", credential=credential)
     tls_backend = DockerBackend(host)
-    config = tls_backend._tls_config()
-    directory = tls_backend._tls_dir
+    config = tls_backend.engine._tls_config()
+    directory = tls_backend.engine._tls_dir
     assert directory and os.stat(directory).st_mode & 0o777 == 0o700
     assert config.cert is not None
     key_path = config.cert[1]

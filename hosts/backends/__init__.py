@@ -32,7 +32,8 @@ def backend_class(kind: str) -> type[SandboxBackend]:
 def get_backend(host: Host) -> SandboxBackend:
     cls = backend_class(host.kind)
     # A replaced secret changes the credential's updated_at, so it gets a fresh connection.
-    credential_version = host.credential.updated_at if host.credential_id else None
+    credential = host.credential if host.credential_id else None
+    credential_version = credential.updated_at if credential is not None else None
     key = (cls, host.pk, host.endpoint, host.credential_id, credential_version)
     with _lock:
         backend = _cache.get(key)

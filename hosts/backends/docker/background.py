@@ -1,4 +1,4 @@
-"""Background jobs in Docker sandboxes, as a mixin DockerBackend inherits.
+"""Background jobs in Docker sandboxes: started, polled and cancelled through `Commands`.
 
 A job runs detached inside the container, so it outlives the request that started it, the web
 process and the worker that supervises it:
@@ -41,11 +41,12 @@ import time
 from typing import Any
 
 from hosts.backends.base import BackendError, HeadTailBuffer, JobStatus, SandboxGone
+from hosts.backends.docker.exec import INTERNAL_TIMEOUT, Commands
+from hosts.backends.docker.names import container_ref
 
 JOBS_DIR = "/workspace/.sandhub/jobs"  # processes of a job carry SANDHUB_JOB_ID=<job id>
 JOB_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 KILL_AFTER = 2  # seconds between SIGTERM and SIGKILL, for timeouts and cancels alike
-_INTERNAL_TIMEOUT = 30.0
 _START_CAP = 16 * 1024
 _BARE_ATTEMPTS = 10
 
@@ -190,8 +191,11 @@ kill_rounds || { echo "processes of job $job survive SIGKILL" >&2; exit 1; }
 )
 
 
-class DockerBackgroundMixin:
-    """Needs DockerBackend's `exec`, `_internal`, `_run` and `_exit_code` (it is mixed in)."""
+class Jobs:
+    """Background jobs in the sandboxes of one engine, run through `commands`."""
+
+    def __init__(self, commands: Commands) -> None:
+        self.commands = commands
 
     def start_background(
         self,
@@ -213,17 +217,17 @@ class DockerBackgroundMixin:
         limit = "0" if timeout is None else f"{timeout:.3f}"
         # Through exec, not _internal: the job inherits this exec's environment (the
         # sandbox's env and the caller's), and that is how it gets them.
-        result = self.exec(
+        result = self.commands.exec(
             state,
             ["sh", "-c", _START, "sandhub-start", job_id, directory, cwd, limit, _RUNNER, *argv],
             cwd="/",
             env=env,
-            timeout=_INTERNAL_TIMEOUT,
+            timeout=INTERNAL_TIMEOUT,
             output_cap=_START_CAP,
         )
         message = result.stderr.decode("utf-8", "replace").strip()
         if result.timed_out:
-            raise BackendError(f"starting job {job_id} took over {_INTERNAL_TIMEOUT:g} s")
+            raise BackendError(f"starting job {job_id} took over {INTERNAL_TIMEOUT:g} s")
         if result.exit_code != 0:
             raise BackendError(f"could not start job {job_id}: {message or result.exit_code}")
         try:
@@ -242,7 +246,7 @@ class DockerBackgroundMixin:
         self, state: dict[str, Any], job: dict[str, Any], tail_bytes: int
     ) -> JobStatus:
         tail_bytes = max(int(tail_bytes), 0)
-        code, output, message = self._internal(
+        code, output, message = self.commands.internal(
             state,
             _POLL,
             job["dir"],
@@ -273,23 +277,21 @@ class DockerBackgroundMixin:
         the pids limit used up, and the kill must still get in. The engine itself may fail to
         start the one process while the limit is reached, so that is tried a few times.
         """
-        from hosts.backends.docker import _container_ref  # docker.py imports this module
-
-        container = _container_ref(state)
+        container = container_ref(state)
         for attempt in range(_BARE_ATTEMPTS):
             errors = HeadTailBuffer(4096)
             try:
-                exec_id, finished = self._run(
+                exec_id, finished = self.commands.run(
                     container,
                     ["sh", "-c", *script_and_args],
                     {},
-                    time.monotonic() + _INTERNAL_TIMEOUT,
+                    time.monotonic() + INTERNAL_TIMEOUT,
                     HeadTailBuffer(4096),
                     errors,
                     None,
                     None,
                 )
-                code = self._exit_code(exec_id, finished)
+                code = self.commands.exit_code(exec_id, finished)
             except SandboxGone:
                 raise
             except BackendError:

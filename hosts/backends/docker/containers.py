@@ -1,0 +1,235 @@
+"""Sandbox containers and volumes: create with the sandbox's isolation, inspect, remove, list.
+
+Each sandbox is one container plus one named volume, both called `sandhub-<sandbox id>`:
+
+- the container runs as uid/gid 1000 with every capability dropped, no-new-privileges, a
+  read-only root filesystem, memory (without swap), cpu and pids limits, and no network unless
+  the team allows it; /tmp and /home/sandbox are size-limited tmpfs so pip --user works;
+- /workspace is the named volume, because `put_archive` into a tmpfs mount reports success but
+  the files never show up in the container (moby#22020).
+
+Reconciliation. `list_managed` lists every container and volume labelled
+org.sandhub.managed=1 with its creation time, its deployment (org.sandhub.instance) and the
+state that destroy() needs to remove exactly that one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any
+
+import docker
+import docker.errors
+from docker.models.containers import Container
+
+from hosts.backends.base import (
+    LABEL_INSTANCE,
+    LABEL_POOL,
+    BackendError,
+    ManagedResource,
+    SandboxSpec,
+)
+from hosts.backends.docker.engine import Engine
+from hosts.backends.docker.names import (
+    LABEL_MANAGED,
+    LABEL_MEMORY,
+    LABEL_NANO_CPUS,
+    LABEL_SANDBOX,
+    NAME_PREFIX,
+    SANDBOX_GID,
+    SANDBOX_UID,
+    SANDBOX_USER,
+    WORKSPACE,
+    identity_labels,
+    names,
+)
+
+
+class Containers:
+    """Lifecycle of sandbox containers and volumes on one engine."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    def provision(self, spec: SandboxSpec) -> dict[str, Any]:
+        name = NAME_PREFIX + spec.sandbox_id
+        client = self.engine.client()
+        created: list[Callable[[], None]] = []  # undo steps, newest last
+        try:
+            with self.engine.errors(f"creating sandbox {spec.sandbox_id}"):
+                self._refuse_existing(client, name)
+                client.volumes.create(name=name, labels=identity_labels(spec.sandbox_id))
+                created.append(lambda: self._remove_volume(name))
+                container = self._create_container(client, spec, name)
+                created.append(lambda: self._remove_container(container.id))
+                container.start()
+                self._check_started(container)
+        except BaseException:
+            for undo in reversed(created):
+                with contextlib.suppress(Exception):
+                    undo()
+            raise
+        return {"container_id": container.id, "container_name": name, "volume": name}
+
+    def _refuse_existing(self, client: docker.DockerClient, name: str) -> None:
+        # Volume creation is idempotent in the engine, so without this check a failed
+        # provision would "clean up" (delete) the workspace of a sandbox that already exists.
+        for collection in (client.containers, client.volumes):
+            with contextlib.suppress(docker.errors.NotFound):
+                collection.get(name)
+                raise BackendError(f"{name} already exists on host {self.engine.host}")
+
+    def _create_container(
+        self, client: docker.DockerClient, spec: SandboxSpec, name: str
+    ) -> Container:
+        memory = spec.memory_mb * 1024 * 1024
+        nano_cpus = int(spec.cpus * 1_000_000_000)
+        labels = {
+            **spec.labels,
+            **identity_labels(spec.sandbox_id),
+            LABEL_MEMORY: str(memory),
+            LABEL_NANO_CPUS: str(nano_cpus),
+        }
+        try:
+            return client.containers.create(
+                spec.image_reference,
+                name=name,
+                user=SANDBOX_USER,
+                cap_drop=["ALL"],
+                security_opt=["no-new-privileges"],
+                mem_limit=memory,
+                memswap_limit=memory,  # equal to mem_limit: no swap at all
+                nano_cpus=nano_cpus,
+                pids_limit=spec.pids_limit,
+                network_mode="bridge" if spec.network else "none",
+                read_only=True,
+                tmpfs=self._tmpfs(spec),
+                volumes={name: {"bind": WORKSPACE, "mode": "rw"}},
+                working_dir=WORKSPACE,
+                environment=dict(spec.env),
+                labels=labels,
+                # Sandboxes are long-lived workspaces: bring them back after an engine restart.
+                restart_policy={"Name": "unless-stopped"},
+            )
+        except docker.errors.ImageNotFound as exc:
+            raise BackendError(
+                f"image {spec.image_reference} is not present on host {self.engine.host} "
+                "(nothing is pulled: build or load it there first)"
+            ) from exc
+
+    def _tmpfs(self, spec: SandboxSpec) -> dict[str, str]:
+        # tmpfs pages count against the container's memory limit, so the sizes only stop one
+        # directory from taking all of it. exec: pip --user puts scripts in ~/.local/bin and
+        # builds run helpers from /tmp; noexec would break both and protect nothing, since
+        # /workspace is executable anyway.
+        size = int(self.engine.host.options.get("tmpfs_mb", max(16, spec.memory_mb // 2)))
+        common = f"rw,exec,nosuid,nodev,size={size}m"
+        return {
+            "/tmp": f"{common},mode=1777",
+            "/home/sandbox": f"{common},mode=0755,uid={SANDBOX_UID},gid={SANDBOX_GID}",
+        }
+
+    def _check_started(self, container: Container) -> None:
+        container.reload()
+        if container.status == "running":
+            return
+        logs = container.logs(tail=20).decode("utf-8", "replace").strip()
+        code = container.attrs.get("State", {}).get("ExitCode")
+        raise BackendError(
+            f"container {container.name} stopped right after start (exit code {code}); "
+            f"the image must keep running on its own (e.g. CMD sleep infinity). Logs: {logs}"
+        )
+
+    def destroy(self, state: dict[str, Any]) -> None:
+        container, volume = names(state)
+        with self.engine.errors("removing sandbox"):
+            if container:
+                self._remove_container(container)
+            if volume:
+                self._remove_volume(volume)
+
+    def _remove_container(self, ref: str) -> None:
+        with contextlib.suppress(docker.errors.NotFound):
+            self.engine.api().remove_container(ref, force=True, v=True)
+
+    def _remove_volume(self, name: str) -> None:
+        # Right after a forced container removal the engine may still count the volume as in
+        # use for a moment (409); retry briefly instead of leaking it.
+        for attempt in range(20):
+            try:
+                self.engine.api().remove_volume(name, force=True)
+                return
+            except docker.errors.NotFound:
+                return
+            except docker.errors.APIError as exc:
+                if exc.status_code != 409 or attempt == 19:
+                    raise
+                time.sleep(0.1)
+
+    def status(self, state: dict[str, Any]) -> str:
+        container, _ = names(state)
+        if not container:
+            return "missing"
+        with self.engine.errors("inspecting sandbox"):
+            try:
+                info = self.engine.api().inspect_container(container)
+            except docker.errors.NotFound:
+                return "missing"
+        return "running" if info.get("State", {}).get("Status") == "running" else "stopped"
+
+    # --- reconciliation ----------------------------------------------------------------------
+    def list_sandbox_ids(self) -> Iterable[str]:
+        """Ids of every sandhub container (running or not) and every sandhub volume."""
+        api = self.engine.api()
+        selector = {"label": f"{LABEL_MANAGED}=1"}
+        with self.engine.errors("listing sandboxes"):
+            containers = api.containers(all=True, filters=selector)
+            volumes = api.volumes(filters=selector).get("Volumes") or []
+        ids = {(c.get("Labels") or {}).get(LABEL_SANDBOX) for c in containers}
+        ids |= {(v.get("Labels") or {}).get(LABEL_SANDBOX) for v in volumes}
+        return sorted(i for i in ids if i)
+
+    def list_managed(self) -> list[ManagedResource]:
+        api = self.engine.api()
+        selector = {"label": f"{LABEL_MANAGED}=1"}
+        with self.engine.errors("listing sandhub containers and volumes"):
+            containers = api.containers(all=True, filters=selector)
+            volumes = api.volumes(filters=selector).get("Volumes") or []
+        found = [_container_resource(c) for c in containers]
+        found += [_volume_resource(v) for v in volumes]
+        return [r for r in found if r.label_id]
+
+
+def _container_resource(summary: dict[str, Any]) -> ManagedResource:
+    labels = summary.get("Labels") or {}
+    container_names = summary.get("Names") or [""]
+    return ManagedResource(
+        kind="container",
+        label_id=labels.get(LABEL_SANDBOX, ""),
+        name=container_names[0].lstrip("/"),
+        created_at=float(summary["Created"]) if summary.get("Created") else None,
+        instance=labels.get(LABEL_INSTANCE, ""),
+        pool=labels.get(LABEL_POOL) == "1",
+        running=summary.get("State") == "running",
+        state={"container_id": summary["Id"]},
+    )
+
+
+def _volume_resource(summary: dict[str, Any]) -> ManagedResource:
+    labels = summary.get("Labels") or {}
+    created = None
+    with contextlib.suppress(KeyError, TypeError, ValueError):
+        created = datetime.fromisoformat(summary["CreatedAt"]).timestamp()
+    return ManagedResource(
+        kind="volume",
+        label_id=labels.get(LABEL_SANDBOX, ""),
+        name=summary.get("Name", ""),
+        created_at=created,
+        instance=labels.get(LABEL_INSTANCE, ""),
+        pool=labels.get(LABEL_POOL) == "1",
+        state={"volume": summary.get("Name", "")},
+    )

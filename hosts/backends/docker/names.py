@@ -1,0 +1,62 @@
+"""Names, labels and the sandbox user: what ties a container and a volume to their sandbox.
+
+Each sandbox is one container plus one named volume, both called `sandhub-<sandbox id>` and
+labelled with the sandbox id. A warm-pool member is made under its pool id and renamed after
+the sandbox that claims it; its labels (fixed at creation) keep the pool id.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hosts.backends.base import LABEL_POOL, SandboxGone
+
+SANDBOX_UID = 1000
+SANDBOX_GID = 1000
+SANDBOX_USER = f"{SANDBOX_UID}:{SANDBOX_GID}"
+WORKSPACE = "/workspace"
+NAME_PREFIX = "sandhub-"
+
+LABEL_MANAGED = "org.sandhub.managed"
+LABEL_SANDBOX = "org.sandhub.sandbox"
+# Limits are repeated as labels so a probe learns them from one list call, without an
+# inspect per container.
+LABEL_MEMORY = "org.sandhub.memory_bytes"
+LABEL_NANO_CPUS = "org.sandhub.nano_cpus"
+
+
+def identity_labels(sandbox_id: str) -> dict[str, str]:
+    return {LABEL_MANAGED: "1", LABEL_SANDBOX: sandbox_id}
+
+
+def names(state: dict[str, Any]) -> tuple[str, str]:
+    """(container ref, volume name) from a state; a bare sandbox_id is enough (reconciliation)."""
+    fallback = NAME_PREFIX + state["sandbox_id"] if state.get("sandbox_id") else ""
+    container = state.get("container_id") or state.get("container_name") or fallback
+    volume = state.get("volume") or fallback
+    return container, volume
+
+
+def container_ref(state: dict[str, Any]) -> str:
+    container, _ = names(state)
+    if not container:
+        raise SandboxGone("the sandbox has no container recorded")
+    return container
+
+
+def claimed_pool_member(summary: dict[str, Any]) -> bool:
+    """A warm-pool container that a sandbox has claimed: the claim renamed it.
+
+    An idle member is named after the pool id written in its labels (`sandhub-<pool id>`);
+    a claim renames it after the sandbox, and its labels keep the pool id.
+    """
+    labels = summary.get("Labels") or {}
+    if labels.get(LABEL_POOL) != "1":
+        return False
+    container_names = [name.lstrip("/") for name in summary.get("Names") or []]
+    return NAME_PREFIX + labels.get(LABEL_SANDBOX, "") not in container_names
+
+
+def idle_pool_member(summary: dict[str, Any]) -> bool:
+    labels = summary.get("Labels") or {}
+    return labels.get(LABEL_POOL) == "1" and not claimed_pool_member(summary)
