@@ -8,7 +8,7 @@ from __future__ import annotations
 from sandboxes import validation
 from sandboxes.errors import NotFound, PermissionDenied
 from sandboxes.models import Sandbox
-from tenants.models import Channel, Role
+from tenants.models import Role
 from tenants.principal import Principal
 
 READ, WRITE = "read", "write"
@@ -16,10 +16,7 @@ READ, WRITE = "read", "write"
 
 def is_platform_admin(principal: Principal) -> bool:
     """The system itself, or a staff user acting through Django admin."""
-    if principal.is_system:
-        return True
-    user = principal.user
-    return principal.channel == Channel.ADMIN and bool(user and user.is_active and user.is_staff)
+    return principal.is_platform_admin
 
 
 def role_of(principal: Principal) -> str | None:

@@ -1,40 +1,28 @@
 """Errors the service layer raises. Each message is meant to be shown as is to a person or
-an agent, and says what to do differently."""
+an agent, and says what to do differently.
+
+The common family lives in tenants.errors (the bottom layer), so the audit decorator records
+every service's refusals by their code; these add the kinds only sandboxes have.
+"""
 
 from __future__ import annotations
 
+from tenants.errors import Conflict, InvalidInput, NotFound, PermissionDenied, ServiceError
 
-class ServiceError(Exception):
-    code = "error"
-    http_status = 400
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
-class InvalidInput(ServiceError):
-    code = "invalid"
-    http_status = 400
-
-
-class NotFound(ServiceError):
-    code = "not_found"
-    http_status = 404
-
-
-class PermissionDenied(ServiceError):
-    code = "forbidden"
-    http_status = 403
+__all__ = [
+    "BackendFailure",
+    "Conflict",
+    "InvalidInput",
+    "NoCapacity",
+    "NotFound",
+    "PermissionDenied",
+    "QuotaExceeded",
+    "ServiceError",
+]
 
 
 class QuotaExceeded(ServiceError):
     code = "quota"
-    http_status = 409
-
-
-class Conflict(ServiceError):
-    code = "conflict"
     http_status = 409
 
 

@@ -1,67 +1,58 @@
-"""Admin for identity and access: teams with their members and quotas, the audit log."""
+"""Admin for identity and access: teams with their members and quotas, the audit log.
+
+Memberships are added, re-roled and removed through tenants.services (authorized, audited),
+from the team's page as from their own list.
+"""
 
 from __future__ import annotations
 
-import ipaddress
-import json
 from typing import Any
 
+from django import forms
 from django.contrib import admin
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
-from django.utils.html import format_html
 
-from tenants.models import AuditLog, Channel, Membership, Team
-from tenants.principal import Principal
+from tenants import services
+from tenants.admin_base import (  # re-exported: the other apps' admins import them from here
+    ReadOnlyAdminMixin,
+    admin_principal,
+    call_service,
+    pretty_json,
+)
+from tenants.models import AuditLog, Membership, Team
 
-
-def admin_principal(request: HttpRequest, team: Team | None = None) -> Principal:
-    """The signed-in staff user acting through admin: services treat it as a platform admin.
-
-    `team` only labels the audit row (e.g. the team whose sandbox is deleted).
-    """
-    return Principal(
-        user=request.user,
-        team=team,
-        channel=Channel.ADMIN,
-        source_address=_client_address(request),
-    )
+__all__ = ["ReadOnlyAdminMixin", "admin_principal", "pretty_json"]
 
 
-def _client_address(request: HttpRequest) -> str | None:
-    # The audit column is an IP address (inet on PostgreSQL): anything else is left out.
-    address = request.META.get("REMOTE_ADDR") or ""
-    try:
-        return str(ipaddress.ip_address(address))
-    except ValueError:
-        return None
+class MembershipForm(forms.ModelForm):
+    class Meta:
+        model = Membership
+        fields = ["user", "team", "role"]
+
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        data = self.cleaned_data
+        # Whose membership it is never changes: that would be a removal and an addition,
+        # each its own audited service call. The admin says so instead of guessing.
+        if self.instance.pk is not None and "user" in self.changed_data:
+            raise forms.ValidationError(
+                "A membership cannot be moved to another user: delete it and add a new one."
+            )
+        return data
 
 
-class ReadOnlyAdminMixin:
-    """History is viewable but never added, edited or deleted, not even by a superuser.
-
-    Without change permission Django renders the change page read-only and refuses a POST to
-    it (403); without delete permission the bulk "delete selected" action disappears too.
-    """
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
-def pretty_json(value: Any) -> str:
-    """JSON as an indented, escaped <pre> block, readable in a change page."""
-    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
-    return format_html("<pre style='margin: 0; white-space: pre-wrap'>{}</pre>", text)
+def _adopt(obj: Membership, created: Membership) -> None:
+    """Make the admin's unsaved `obj` the row the service created (log entry, redirect)."""
+    obj.pk, obj.created_at = created.pk, created.created_at
+    obj._state.adding = False
 
 
 class MembershipInline(admin.TabularInline):
+    """Edited in the team's page; saved through the services by TeamAdmin.save_formset."""
+
     model = Membership
+    form = MembershipForm
     extra = 0
     fields = ["user", "role", "created_at"]
     readonly_fields = ["created_at"]
@@ -117,7 +108,34 @@ class TeamAdmin(admin.ModelAdmin):
 
     @admin.display(description="members", ordering="_member_count")
     def member_count(self, team: Team) -> int:
-        return team._member_count
+        return team._member_count  # type: ignore[attr-defined]  # the annotation above
+
+    def save_formset(
+        self, request: HttpRequest, form: forms.ModelForm, formset: Any, change: bool
+    ) -> None:
+        if formset.model is not Membership:
+            super().save_formset(request, form, formset, change)
+            return
+        team = form.instance
+        principal = admin_principal(request, team)
+        # Sorts the rows into new, changed and deleted (which the change message reads)
+        # without saving any: each change is one audited service call.
+        formset.save(commit=False)
+        # Removals first, so a member removed and added back in one save ends up added.
+        for membership in formset.deleted_objects:
+            call_service(self, request, services.remove_member, principal, membership)
+        for membership, changed in formset.changed_objects:
+            if "role" in changed:
+                call_service(
+                    self, request, services.change_role, principal, membership, membership.role
+                )
+        for membership in formset.new_objects:
+            # Not call_service: the form already refused duplicates, and the admin needs the
+            # row; anything else going wrong here is a bug and rolls the whole page back.
+            _adopt(
+                membership,
+                services.add_member(principal, team, membership.user, membership.role),
+            )
 
 
 @admin.register(Membership)
@@ -126,8 +144,44 @@ class MembershipAdmin(admin.ModelAdmin):
     list_filter = ["role", "team"]
     search_fields = ["user__username", "user__email", "team__slug", "team__name"]
     autocomplete_fields = ["user", "team"]
-    readonly_fields = ["created_at"]
     list_select_related = ["user", "team"]
+    form = MembershipForm
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Membership | None = None) -> list[str]:
+        # Whose membership, and in which team, never changes: delete it and add another.
+        return ["created_at"] if obj is None else ["user", "team", "created_at"]
+
+    def save_model(
+        self, request: HttpRequest, obj: Membership, form: forms.ModelForm, change: bool
+    ) -> None:
+        principal = admin_principal(request, obj.team)
+        if not change:
+            _adopt(obj, services.add_member(principal, obj.team, obj.user, obj.role))
+        elif "role" in form.changed_data:
+            call_service(self, request, services.change_role, principal, obj, obj.role)
+
+    def delete_model(self, request: HttpRequest, obj: Membership) -> None:
+        call_service(self, request, services.remove_member, admin_principal(request, obj.team), obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Membership]) -> None:
+        # The bulk "delete selected" action: one audited removal per membership.
+        for membership in queryset.select_related("user", "team"):
+            self.delete_model(request, membership)
+
+
+# Shown, never edited: every field of a row is read-only.
+_AUDIT_FIELDS = (
+    "created_at",
+    "actor",
+    "team",
+    "channel",
+    "action",
+    "outcome",
+    "target_type",
+    "target_id",
+    "source_address",
+    "details_pretty",
+)
 
 
 @admin.register(AuditLog)
@@ -153,19 +207,8 @@ class AuditLogAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     ]
     date_hierarchy = "created_at"
     list_select_related = ["actor", "team"]
-    fields = [
-        "created_at",
-        "actor",
-        "team",
-        "channel",
-        "action",
-        "outcome",
-        "target_type",
-        "target_id",
-        "source_address",
-        "details_pretty",
-    ]
-    readonly_fields = fields
+    fields = _AUDIT_FIELDS
+    readonly_fields = _AUDIT_FIELDS
 
     @admin.display(description="details")
     def details_pretty(self, entry: AuditLog) -> str:

@@ -1,7 +1,8 @@
 """Admin for API keys: list, create (the key is shown once, in a message), revoke.
 
 The stored hash is never displayed; a key cannot be changed to act for another user or team,
-only renamed, given another expiry, or revoked. Registered from tenants/admin.py.
+only renamed, given another expiry, or revoked. Every change goes through tenants.services,
+which authorizes it and writes its audit row. Registered from tenants/admin.py.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
-from django.utils import timezone
 
-from tenants import apikeys, audit
-from tenants.models import ApiKey, ApiKeyScope, Channel, Membership
-from tenants.principal import Principal
+from tenants import apikeys, services
+from tenants.admin_base import admin_principal, call_service
+from tenants.errors import ServiceError
+from tenants.models import ApiKey, ApiKeyScope
 
 
 class ApiKeyForm(forms.ModelForm):
@@ -32,21 +33,17 @@ class ApiKeyForm(forms.ModelForm):
         fields = ["user", "team", "name", "scopes", "expires_at"]
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         user, team = data.get("user"), data.get("team")
-        member = user and team and Membership.objects.filter(user=user, team=team).exists()
-        if self.instance.pk is None and user and team and not member:
-            raise forms.ValidationError(f"{user} is not a member of team {team}.")
+        # The same checks the service makes, answered on the form: a refusal raised in
+        # save_model could only be a server error.
+        if self.instance.pk is None and user and team and data.get("scopes"):
+            try:
+                apikeys.check_new_key(user, team, data["scopes"], data.get("expires_at"))
+            except ServiceError as exc:
+                raise forms.ValidationError(exc.message) from exc
         return data
-
-
-def _principal(request: HttpRequest, key: ApiKey) -> Principal:
-    return Principal(
-        user=request.user,
-        team=key.team,
-        channel=Channel.ADMIN,
-        source_address=apikeys.clean_address(request.META.get("REMOTE_ADDR")),
-    )
 
 
 @admin.register(ApiKey)
@@ -70,10 +67,10 @@ class ApiKeyAdmin(admin.ModelAdmin):
     autocomplete_fields = ["user", "team"]
     actions = ["revoke_keys"]
 
-    def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
+    def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> tuple[str, ...]:
         if obj is None:
-            return ["user", "team", "name", "scopes", "expires_at"]
-        return [
+            return ("user", "team", "name", "scopes", "expires_at")
+        return (
             "key_prefix",
             "user",
             "team",
@@ -86,7 +83,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
             "last_used_at",
             "last_used_address",
             "selected_sandbox",
-        ]
+        )
 
     def get_readonly_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
         if obj is None:
@@ -104,11 +101,13 @@ class ApiKeyAdmin(admin.ModelAdmin):
             "selected_sandbox",
         ]
 
-    def get_form(self, request: HttpRequest, obj: ApiKey | None = None, **kwargs: Any):
+    def get_form(
+        self, request: HttpRequest, obj: ApiKey | None = None, change: bool = False, **kwargs: Any
+    ) -> Any:
         if obj is not None:
             # Editing: a plain form over the few editable fields (no scopes, no owner).
             kwargs["form"] = forms.ModelForm
-        return super().get_form(request, obj, **kwargs)
+        return super().get_form(request, obj, change, **kwargs)
 
     @admin.display(description="key", ordering="prefix")
     def key_prefix(self, key: ApiKey) -> str:
@@ -120,52 +119,56 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: ApiKey, form: forms.ModelForm, change: bool):
         if change:
-            if "revoked" in form.changed_data and obj.revoked:
-                obj.revoked_at = timezone.now()
-                audit.record(
-                    _principal(request, obj),
-                    "apikey.revoke",
-                    target_type="apikey",
-                    target_id=obj.prefix,
-                )
-            obj.save()
+            self._save_changes(request, obj, form)
             return
         data = form.cleaned_data
-        new = apikeys.create_key(
+        key, plaintext = services.create_api_key(
+            admin_principal(request, data["team"]),
             data["user"],
             data["team"],
-            name=data.get("name") or "",
-            scopes=data["scopes"],
-            expires_at=data.get("expires_at"),
+            data.get("name") or "",
+            data["scopes"],
+            data.get("expires_at"),
         )
         # The admin goes on with `obj` (log entry, redirect): make it the row just created.
-        obj.pk, obj.prefix, obj.created_at = new.key.pk, new.key.prefix, new.key.created_at
-        obj.scopes = new.key.scopes
+        obj.pk, obj.prefix, obj.created_at = key.pk, key.prefix, key.created_at
+        obj.scopes = key.scopes
         obj._state.adding = False
-        audit.record(
-            _principal(request, new.key),
-            "apikey.create",
-            target_type="apikey",
-            target_id=new.key.prefix,
-            details={"user": str(new.key.user), "scopes": new.key.scopes},
-        )
         self.message_user(
             request,
-            f"The new API key is {new.plaintext} — copy it now: it is shown only this once "
+            f"The new API key is {plaintext} — copy it now: it is shown only this once "
             "and cannot be recovered (only its hash is kept).",
             messages.WARNING,
         )
 
+    def _save_changes(self, request: HttpRequest, obj: ApiKey, form: forms.ModelForm) -> None:
+        # `obj` already holds the form's values; the services read the row afresh and change
+        # it themselves, one audited call per kind of change.
+        principal = admin_principal(request, obj.team)
+        key = ApiKey.objects.select_related("user", "team").get(pk=obj.pk)
+        if {"name", "expires_at"} & set(form.changed_data):
+            call_service(
+                self, request, services.update_api_key, principal, key, obj.name, obj.expires_at
+            )
+        if "revoked" in form.changed_data and obj.revoked:
+            call_service(self, request, services.revoke_api_key, principal, key)
+        obj.name, obj.expires_at = key.name, key.expires_at
+        obj.revoked, obj.revoked_at = key.revoked, key.revoked_at
+
+    def delete_model(self, request: HttpRequest, obj: ApiKey) -> None:
+        call_service(
+            self, request, services.delete_api_key, admin_principal(request, obj.team), obj
+        )
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
+        for key in queryset.select_related("user", "team"):
+            self.delete_model(request, key)
+
     @admin.action(description="Revoke the selected API keys")
     def revoke_keys(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
         count = 0
-        for key in queryset.select_related("team").filter(revoked=False):
-            apikeys.revoke(key)
-            audit.record(
-                _principal(request, key),
-                "apikey.revoke",
-                target_type="apikey",
-                target_id=key.prefix,
-            )
-            count += 1
+        for key in queryset.select_related("user", "team").filter(revoked=False):
+            principal = admin_principal(request, key.team)
+            if call_service(self, request, services.revoke_api_key, principal, key) is not None:
+                count += 1
         self.message_user(request, f"Revoked {count} API key(s).", messages.SUCCESS)

@@ -17,10 +17,12 @@ import secrets
 import string
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from tenants.errors import InvalidInput
 from tenants.models import ApiKey, ApiKeyScope, Membership, Team
 from tenants.principal import Principal
 
@@ -37,8 +39,12 @@ DEFAULT_SCOPES = ("read", "write")
 TOUCH_INTERVAL = timedelta(seconds=30)
 
 
-class ApiKeyError(ValueError):
-    """Bad arguments for a new key (unknown scope, no membership, expiry in the past)."""
+class ApiKeyError(InvalidInput, ValueError):
+    """Bad arguments for a new key (unknown scope, no membership, expiry in the past).
+
+    An InvalidInput, so the services' audit rows record it as "invalid" and every interface
+    shows its message as it shows any other refusal.
+    """
 
 
 @dataclass(frozen=True)
@@ -97,20 +103,38 @@ def parse_expiry(value: str | None, *, now: datetime | None = None) -> datetime 
     return moment
 
 
+def check_new_key(
+    user: Any,
+    team: Team,
+    scopes: list[str] | tuple[str, ...] | str | None,
+    expires_at: datetime | None,
+) -> list[str]:
+    """The key's normalised scopes, or ApiKeyError saying why such a key cannot be made.
+
+    Also called by forms (admin), so a bad request is answered on the form before any
+    service is called.
+    """
+    scope_list = normalise_scopes(scopes)
+    if not Membership.objects.filter(user=user, team=team).exists():
+        raise ApiKeyError(f"{user} is not a member of team {team.slug}")
+    if expires_at is not None and expires_at <= timezone.now():
+        raise ApiKeyError("the expiry is in the past")
+    return scope_list
+
+
 def create_key(
-    user,
+    user: Any,
     team: Team,
     *,
     name: str = "",
     scopes: list[str] | tuple[str, ...] | str | None = None,
     expires_at: datetime | None = None,
 ) -> NewKey:
-    """A new key for a member of the team; the plaintext is in the result and nowhere else."""
-    scope_list = normalise_scopes(scopes)
-    if not Membership.objects.filter(user=user, team=team).exists():
-        raise ApiKeyError(f"{user} is not a member of team {team.slug}")
-    if expires_at is not None and expires_at <= timezone.now():
-        raise ApiKeyError("the expiry is in the past")
+    """A new key for a member of the team; the plaintext is in the result and nowhere else.
+
+    Not audited: interfaces create keys through tenants.services.create_api_key.
+    """
+    scope_list = check_new_key(user, team, scopes, expires_at)
     secret = secrets.token_urlsafe(32)
     for _ in range(5):  # a prefix collision is ~1 in 10^12; try again rather than fail
         prefix = "".join(secrets.choice(_PREFIX_ALPHABET) for _ in range(PREFIX_LENGTH))
@@ -209,6 +233,7 @@ def principal_for(key: ApiKey, channel: str, address: str | None = None) -> Prin
 
 
 def revoke(key: ApiKey) -> None:
+    """Not audited: interfaces revoke keys through tenants.services.revoke_api_key."""
     if not key.revoked:
         key.revoked, key.revoked_at = True, timezone.now()
         key.save(update_fields=["revoked", "revoked_at"])

@@ -26,6 +26,18 @@ class Principal:
     def is_system(self) -> bool:
         return self.channel == Channel.SYSTEM and self.user is None
 
+    @property
+    def is_platform_admin(self) -> bool:
+        """The system itself, or an active staff user acting through Django admin.
+
+        Staff rights count only on the admin channel: the same person using an API key or the
+        web pages acts as an ordinary member of his team.
+        """
+        if self.is_system:
+            return True
+        user = self.user
+        return self.channel == Channel.ADMIN and bool(user and user.is_active and user.is_staff)
+
     def membership(self) -> Membership | None:
         """Read fresh on every call, so a lowered role or removed membership applies at once."""
         if self.user is None or self.team is None:

@@ -71,6 +71,24 @@ def test_bootstrap_twice_creates_everything_once(settings) -> None:
     assert row.channel == Channel.SYSTEM
 
 
+def test_the_owner_joins_the_team_through_the_audited_service() -> None:
+    bootstrap("--admin-password", PASSWORD)
+    bootstrap("--admin-password", PASSWORD)
+    row = AuditLog.objects.get(action="membership.add")  # once: the second run adds nobody
+    assert (row.channel, row.actor, row.outcome) == (Channel.SYSTEM, None, "ok")
+    assert (row.team.slug, row.target_id, row.details["role"]) == ("default", "admin", "owner")
+    assert row.details["via"] == "manage.py bootstrap"
+
+
+def test_an_existing_membership_keeps_its_role() -> None:
+    admin = get_user_model().objects.create_superuser("admin", password=PASSWORD)
+    team = Team.objects.create(slug="default", name="Default team")
+    Membership.objects.create(user=admin, team=team, role=Role.ADMIN)
+    bootstrap()
+    assert Membership.objects.get().role == Role.ADMIN
+    assert not AuditLog.objects.filter(action="membership.add").exists()
+
+
 def test_generated_password_is_printed_once() -> None:
     first = bootstrap()
     match = re.search(r"Generated password: (\S+)", first)

@@ -18,8 +18,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from hosts.models import Host, Image
-from tenants import audit
-from tenants.models import Membership, Role, Team
+from tenants import audit, services
+from tenants.models import Channel, Membership, Role, Team
 from tenants.principal import Principal
 
 PASSWORD_ENV = "SANDHUB_ADMIN_PASSWORD"
@@ -66,7 +66,7 @@ class Command(BaseCommand):
             self._image()
             if self.created:
                 audit.record(
-                    Principal.system(team),
+                    self._principal(team),
                     "platform.bootstrap",
                     details={"created": self.created},
                 )
@@ -112,10 +112,9 @@ class Command(BaseCommand):
             self._created(f"team {slug!r}")
         else:
             self._say(f"team {slug!r} exists")
-        _, joined = Membership.objects.get_or_create(
-            user=owner, team=team, defaults={"role": Role.OWNER}
-        )
-        if joined:
+        # An existing membership is left as it is, whatever its role (an admin's choice).
+        if not Membership.objects.filter(user=owner, team=team).exists():
+            services.add_member(self._principal(team), team, owner, Role.OWNER)
             self._created(f"{owner.get_username()!r} as owner of {slug!r}")
         return team
 
@@ -155,6 +154,12 @@ class Command(BaseCommand):
         default_note = " (default)" if first_default else ""
         self._created(f"image {DEFAULT_IMAGE_NAME!r} -> {image.reference}{default_note}")
         return image
+
+    def _principal(self, team: Team) -> Principal:
+        # The platform itself acts; the audit rows say which command.
+        return Principal(
+            user=None, team=team, channel=Channel.SYSTEM, extra={"via": "manage.py bootstrap"}
+        )
 
     # --- output ------------------------------------------------------------------------------
 

@@ -7,8 +7,11 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from tenants.apikeys import ApiKeyError, create_key, parse_expiry
-from tenants.models import Team
+from tenants import services
+from tenants.apikeys import parse_expiry
+from tenants.errors import ServiceError
+from tenants.models import Channel, Team
+from tenants.principal import Principal
 
 
 class Command(BaseCommand):
@@ -41,26 +44,34 @@ class Command(BaseCommand):
         team = Team.objects.filter(slug=options["team"]).first()
         if team is None:
             raise CommandError(f"no team with slug {options['team']!r}")
+        # Whoever runs manage.py on the server acts as the platform itself; the audit row
+        # says which command did it.
+        principal = Principal(
+            user=None,
+            team=team,
+            channel=Channel.SYSTEM,
+            extra={"via": "manage.py create_api_key"},
+        )
         try:
-            new = create_key(
+            key, plaintext = services.create_api_key(
+                principal,
                 user,
                 team,
-                name=options["name"] or "created with manage.py",
-                scopes=options["scopes"],
-                expires_at=parse_expiry(options["expires"]),
+                options["name"] or "created with manage.py",
+                options["scopes"],
+                parse_expiry(options["expires"]),
             )
-        except ApiKeyError as exc:
-            raise CommandError(str(exc)) from exc
-        key = new.key
+        except ServiceError as exc:
+            raise CommandError(exc.message) from exc
         # The key (or the line that uses it) alone on stdout, so scripts can capture it; the
         # description on stderr.
         if options["claude"]:
             self.stdout.write(
                 f"claude mcp add --transport http sandhub {options['claude']} "
-                f'--header "Authorization: Bearer {new.plaintext}"'
+                f'--header "Authorization: Bearer {plaintext}"'
             )
         else:
-            self.stdout.write(new.plaintext)
+            self.stdout.write(plaintext)
         expiry = f"expires {key.expires_at:%Y-%m-%d %H:%M} UTC" if key.expires_at else "no expiry"
         self.stderr.write(
             f"API key shk_{key.prefix} for {user} in team {team.slug}, scopes "
