@@ -81,13 +81,10 @@ class Host(models.Model):
     class Meta:
         ordering = ["name"]
 
+    # No backend() here: a model must not reach up into hosts.backends (see the import-linter
+    # contracts in pyproject.toml); callers use hosts.backends.get_backend(host).
     def __str__(self) -> str:
         return self.name
-
-    def backend(self):
-        from hosts.backends import get_backend
-
-        return get_backend(self)
 
 
 class Image(models.Model):

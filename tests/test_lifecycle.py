@@ -22,7 +22,7 @@ from django.utils.module_loading import import_string
 from django_q.models import Schedule, Success
 from django_q.scheduler import scheduler
 
-from hosts.backends import reset_backends
+from hosts.backends import get_backend, reset_backends
 from hosts.backends.base import LABEL_INSTANCE, SandboxSpec
 from hosts.models import Host
 from sandboxes import placement, schedules, services, tasks
@@ -289,7 +289,7 @@ def test_reconcile_removes_old_orphans_of_this_instance_only(
     fake_backend, as_alice, docker_host, settings
 ):
     settings.SANDHUB_ORPHAN_GRACE_SECONDS = 60
-    backend = docker_host.backend()
+    backend = get_backend(docker_host)
     live = services.create_sandbox(as_alice)
     for box in fake_backend.sandboxes.values():  # the live sandbox is old too
         box["created"] -= 3600
