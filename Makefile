@@ -65,9 +65,14 @@ run: install image migrate bootstrap
 test: install image
 	$(BIN)/pytest
 
+# Style, then the layers (import-linter contracts in pyproject.toml: imports only point down),
+# then types (mypy with the Django plugin). Run from the repository root: both read
+# pyproject.toml from here and import the project's packages.
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 lock:
 	@test -x $(LOCK_COMPILER) || { $(PYTHON) -m venv $(LOCK_TOOLS) && $(LOCK_TOOLS)/bin/pip install -q pip-tools; }

@@ -89,7 +89,9 @@ class CredentialForm(forms.ModelForm):
         return self.cleaned_data["secret"].replace("\r\n", "\n")
 
     def clean(self) -> dict[str, Any]:
-        cleaned = super().clean()
+        super().clean()
+        # ModelForm.clean returns cleaned_data; its stub says it may return None.
+        cleaned = self.cleaned_data
         secret = cleaned.get("secret")
         if secret and cleaned.get("kind") == Credential.Kind.DOCKER_TLS:
             self._check_tls_json(secret)
@@ -129,7 +131,9 @@ class CredentialAdmin(admin.ModelAdmin):
 
     @admin.display(description="hosts", ordering="_host_count")
     def host_count(self, credential: Credential) -> int:
-        return credential._host_count
+        # Annotated by get_queryset, so not an attribute the type checker knows.
+        count: int = getattr(credential, "_host_count", 0)
+        return count
 
     # Keeps the submitted secret out of Django's error reports and debug pages.
     @method_decorator(sensitive_post_parameters("secret"))
@@ -205,7 +209,9 @@ class HostAdmin(admin.ModelAdmin):
 
     @admin.display(description="live sandboxes", ordering="_live")
     def live_sandboxes(self, host: Host) -> int:
-        return host._live
+        # Annotated by get_queryset, so not an attribute the type checker knows.
+        live: int = getattr(host, "_live", 0)
+        return live
 
     @admin.action(description="Probe selected hosts", permissions=["change"])
     def probe_hosts(self, request: HttpRequest, queryset: QuerySet[Host]) -> None:
