@@ -213,7 +213,7 @@ class CommandExecutionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         # the worker supervising it (sandboxes/tasks.py).
         ("Background", {"fields": ["background_state_pretty"]}),
     ]
-    readonly_fields = [field for _, options in fieldsets for field in options["fields"]]
+    readonly_fields = [str(field) for _, options in fieldsets for field in options["fields"]]
     # History stays read-only; cancelling a background command goes through the service
     # (processes killed in the sandbox, the end recorded, audited).
     actions = ["cancel_background"]
@@ -289,7 +289,7 @@ class WarmContainerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_filter = ["status", "host", "image"]
     search_fields = ["pool_id", "sandbox__public_id", "host__name"]
     list_select_related = ["host", "image", "sandbox"]
-    fields = [
+    fields = (
         "pool_id",
         "host",
         "image",
@@ -300,5 +300,5 @@ class WarmContainerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "created_at",
         "ready_at",
         "claimed_at",
-    ]
+    )
     readonly_fields = fields

@@ -45,7 +45,9 @@ def ensure_schedules(
 ) -> list[str]:
     """Create the missing schedules; the names of those created."""
     if apps is None:
-        from django.apps import apps
+        from django.apps import apps as installed
+
+        apps = installed
     try:
         schedule_model = apps.get_model("django_q", "Schedule")
     except LookupError:  # django_q not migrated (yet) in this database

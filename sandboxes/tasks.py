@@ -4,6 +4,7 @@ that run the lifecycle ones are created on migrate (sandboxes/schedules.py).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -123,7 +124,9 @@ def recover_background() -> dict[str, Any]:
     requeued = []
     for pk, started_at in running.values_list("pk", "started_at"):
         token = uuid.uuid4().hex
-        if _take_lease(pk, _queued_lease(token), lambda lease, s=started_at: _orphaned(lease, s)):
+        if _take_lease(
+            pk, _queued_lease(token), functools.partial(_orphaned, started_at=started_at)
+        ):
             async_task(SUPERVISE, pk, token, task_name=f"supervise-background-{pk}")
             requeued.append(pk)
     if requeued:
@@ -165,9 +168,13 @@ def _hold_lease(command_id: int, token: str) -> bool:
     )
     if state is None:
         return False
-    lease = (state or {}).get("supervisor")
-    fresh = _ours(lease, token) and lease["until"] - time.time() > LEASE_SECONDS - RENEW_SECONDS
-    if fresh and lease.get("pid") == os.getpid():
+    lease: dict[str, Any] | None = (state or {}).get("supervisor")
+    fresh = (
+        lease is not None
+        and _ours(lease, token)
+        and lease["until"] - time.time() > LEASE_SECONDS - RENEW_SECONDS
+    )
+    if fresh and lease is not None and lease.get("pid") == os.getpid():
         return True  # we renewed it a moment ago: no write
     return _take_lease(command_id, _holder_lease(token), lambda old: _free_for(old, token))
 
@@ -206,7 +213,7 @@ def _queued_lease(token: str) -> dict[str, Any]:
 
 
 def _ours(lease: dict[str, Any] | None, token: str) -> bool:
-    return bool(lease) and lease.get("token") == token
+    return lease is not None and lease.get("token") == token
 
 
 def _free_for(lease: dict[str, Any] | None, token: str) -> bool:

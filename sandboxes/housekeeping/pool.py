@@ -61,6 +61,7 @@ def pool_size(image: Image) -> int:
 def provision_sandbox(sandbox: Sandbox, spec: SandboxSpec) -> dict[str, Any]:
     """The backend state of the new sandbox: a claimed pool member if one fits, else fresh."""
     spec = replace(spec, labels={**spec.labels, **instance_labels()})
+    assert sandbox.host is not None, "placement gives every new sandbox a host"
     backend = get_backend(sandbox.host)
     if not spec.network:
         state = _claim(sandbox, spec, backend)

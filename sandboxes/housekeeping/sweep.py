@@ -95,7 +95,8 @@ def close_abandoned_commands(now: datetime) -> int:
         pk__in=[
             pk
             for pk, started_at, timeout in running
-            if started_at + timedelta(seconds=timeout) + ABANDONED_AFTER < now
+            if started_at is not None
+            and started_at + timedelta(seconds=timeout) + ABANDONED_AFTER < now
         ],
     )
     never_started = CommandExecution.objects.filter(
