@@ -180,6 +180,8 @@ SANDHUB_MAX_TRANSFER_BYTES = env_int("SANDHUB_MAX_TRANSFER_BYTES", 100 * 1024 * 
 SANDHUB_INSTANCE = env_str("SANDHUB_INSTANCE", "default") or "default"
 SANDHUB_ORPHAN_GRACE_SECONDS = env_int("SANDHUB_ORPHAN_GRACE_SECONDS", 600, minimum=0)
 SANDHUB_WARM_POOL_SIZE = env_int("SANDHUB_WARM_POOL_SIZE", 0, minimum=0)
+# Where loop-mounted /workspace filesystems (the per-sandbox disk limit) keep their images.
+SANDHUB_DISK_DIR = Path(env_str("SANDHUB_DISK_DIR", str(VAR_DIR / "disks")))
 
 # --- Agents and programs: API keys, the MCP endpoint, the REST API ---------------------------
 INSTALLED_APPS += ["mcp_bridge"]

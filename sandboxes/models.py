@@ -78,6 +78,9 @@ class Sandbox(models.Model):
     cpus = models.FloatField()
     memory_mb = models.PositiveIntegerField()
     pids_limit = models.PositiveIntegerField()
+    # Size of /workspace in MB, from the team's quota at creation; null for sandboxes made
+    # before disk limits existed.
+    disk_mb = models.PositiveIntegerField(null=True, blank=True)
     env = models.JSONField(default=dict, blank=True)
     network = models.BooleanField(default=False)
     backend_state = models.JSONField(default=dict, blank=True)

@@ -34,6 +34,11 @@ class Team(models.Model):
     max_memory_mb_per_sandbox = models.PositiveIntegerField(
         default=2048, validators=[MinValueValidator(16)]
     )
+    # Each sandbox's /workspace is a filesystem of this size where the host supports it
+    # (docs/security.md): a full disk stops the sandbox, not the host.
+    max_disk_mb_per_sandbox = models.PositiveIntegerField(
+        default=5120, validators=[MinValueValidator(64)]
+    )
     default_lifetime_minutes = models.PositiveIntegerField(default=60)
     max_lifetime_minutes = models.PositiveIntegerField(default=24 * 60)
     idle_timeout_minutes = models.PositiveIntegerField(default=30)

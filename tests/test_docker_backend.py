@@ -9,6 +9,7 @@ No database is needed: the Host is never saved.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -66,10 +67,17 @@ def engine() -> Iterator[docker.DockerClient]:
 def _remove_leftovers(client: docker.DockerClient) -> None:
     """Safety net: whatever a failed test left behind from this run."""
     name = f"sandhub-{RUN_PREFIX}"
-    for container in client.containers.list(all=True, filters={"name": name}):
-        container.remove(force=True, v=True)
-    for volume in client.volumes.list(filters={"name": name}):
-        volume.remove(force=True)
+    labels = {
+        c.labels.get("org.sandhub.sandbox", "")
+        for c in client.containers.list(all=True, filters={"name": name})
+    }
+    labels |= {v.name.removeprefix("sandhub-") for v in client.volumes.list(filters={"name": name})}
+    # destroy removes everything a sandbox has: container, volume, network, disk image.
+    cleaner = DockerBackend(Host(name="local", kind="docker", endpoint=ENDPOINT))
+    for label in labels - {""}:
+        with contextlib.suppress(Exception):
+            cleaner.destroy({"sandbox_id": label})
+    cleaner.close()
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +173,7 @@ def test_provision_hardens_the_container(
     assert sandbox["container_name"] == name and sandbox["volume"] == name
     attrs = engine.containers.get(sandbox["container_id"]).attrs
     config, host_config = attrs["Config"], attrs["HostConfig"]
-    assert config["User"] == "1000:1000"
+    assert config["User"] == "99999:99999"
     assert config["WorkingDir"] == "/workspace"
     assert "SANDHUB_TEST=yes" in config["Env"]
     assert config["Labels"]["org.sandhub.managed"] == "1"
@@ -194,7 +202,7 @@ def test_provision_hardens_the_container(
     )
     lines = result.stdout.decode()
     assert result.exit_code == 0, result
-    assert lines.startswith("1000\n1000\n")
+    assert lines.startswith("99999\n99999\n")
     assert "CapPrm:\t0000000000000000" in lines and "CapEff:\t0000000000000000" in lines
     assert "NoNewPrivs:\t1" in lines
     assert "\nlo\n" in lines and "eth0" not in lines  # network none: loopback only
@@ -203,10 +211,11 @@ def test_provision_hardens_the_container(
 
 
 def test_network_on_request(backend: DockerBackend, engine: docker.DockerClient) -> None:
-    state = backend.provision(make_spec(network=True))
+    spec = make_spec(network=True)
+    state = backend.provision(spec)
     try:
         attrs = engine.containers.get(state["container_id"]).attrs
-        assert attrs["HostConfig"]["NetworkMode"] == "bridge"
+        assert attrs["HostConfig"]["NetworkMode"] == f"sandhub-{spec.sandbox_id}"
         assert "eth0" in run(backend, state, "ls /sys/class/net").stdout.decode()
     finally:
         backend.destroy(state)
@@ -574,8 +583,8 @@ def test_upload_download_round_trip(backend: DockerBackend, sandbox: dict[str, A
     assert result.exit_code == 0, result
     lines = result.stdout.decode()
     assert "ran\n" in lines and "appended" in lines
-    assert "1000:1000 644 up/load/a.txt" in lines
-    assert "1000:1000" in lines.splitlines()[2]  # the implicit parent directory too
+    assert "99999:99999 644 up/load/a.txt" in lines
+    assert "99999:99999" in lines.splitlines()[2]  # the implicit parent directory too
 
 
 def test_root_owned_archive_becomes_the_sandbox_users(
@@ -585,7 +594,7 @@ def test_root_owned_archive_becomes_the_sandbox_users(
     backend.put_files(sandbox, "/workspace", archive)
     result = run(backend, sandbox, "stat -c '%u:%g %a' root.txt && echo w >> root.txt")
     assert result.exit_code == 0, result
-    assert result.stdout == b"1000:1000 755\n"
+    assert result.stdout == b"99999:99999 755\n"
 
 
 def test_upload_refuses_device_nodes(backend: DockerBackend, sandbox: dict[str, Any]) -> None:

@@ -274,7 +274,7 @@ def test_real_pool_claims_isolated_sandboxes_and_refills(
     )
     assert config["PidsLimit"] == 256 and config["NetworkMode"] == "none"
     assert config["ReadonlyRootfs"] and config["CapDrop"] == ["ALL"]
-    assert run(as_alice, first.id, "echo $WHO; id -u") == "first\n1000\n"
+    assert run(as_alice, first.id, "echo $WHO; id -u") == "first\n99999\n"
     cgroup_limit = run(as_alice, second.id, "cat /sys/fs/cgroup/memory/memory.limit_in_bytes")
     assert int(cgroup_limit) == 128 * 1024 * 1024
 

@@ -41,6 +41,9 @@ class SandboxSpec:
     network: bool
     env: dict[str, str] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
+    # Size of /workspace in MB, enforced where the backend can (docs/security.md); None: the
+    # backend's default.
+    disk_mb: int | None = None
 
 
 @dataclass
@@ -76,7 +79,7 @@ LABEL_POOL = "org.sandhub.pool"  # "1" on warm-pool members, claimed or not
 class ManagedResource:
     """One thing Sandhub made on a host (a container, a volume), as reconciliation sees it."""
 
-    kind: str  # "container" | "volume"
+    kind: str  # "container" | "volume" | "network" | "disk"
     label_id: str  # the sandbox or warm-pool id written on it at creation (labels never change)
     name: str
     created_at: float | None  # unix time; None when the host cannot tell

@@ -63,7 +63,8 @@ def provision_sandbox(sandbox: Sandbox, spec: SandboxSpec) -> dict[str, Any]:
     spec = replace(spec, labels={**spec.labels, **instance_labels()})
     assert sandbox.host is not None, "placement gives every new sandbox a host"
     backend = get_backend(sandbox.host)
-    if not spec.network:
+    # Members are made without network and with the default disk (neither changes later).
+    if not spec.network and spec.disk_mb in (None, limits.DEFAULT_DISK_MB):
         state = _claim(sandbox, spec, backend)
         if state is not None:
             return state
@@ -227,6 +228,7 @@ def _member_spec(member: WarmContainer, image: Image) -> SandboxSpec:
         cpus=limits.DEFAULT_CPUS,
         memory_mb=limits.DEFAULT_MEMORY_MB,
         pids_limit=limits.DEFAULT_PIDS_LIMIT,
+        disk_mb=limits.DEFAULT_DISK_MB,
         network=False,
         env={},
         labels=instance_labels(),

@@ -22,6 +22,10 @@ from sandboxes.services.common import backend_of
 from tenants.models import Team
 from tenants.principal import Principal
 
+# Smallest /workspace a sandbox may ask for: room for a checkout and the filesystem's own
+# metadata (the team quota's own minimum is the same).
+MIN_DISK_MB = 64
+
 
 @audited("sandbox.create", "sandbox")
 def create_sandbox(
@@ -34,12 +38,16 @@ def create_sandbox(
     env: dict[str, str] | None = None,
     lifetime_minutes: int | None = None,
     network: bool | None = None,
+    disk_mb: int | None = None,
 ) -> SandboxInfo:
-    """Create a sandbox on the idlest host with room and wait until it is running."""
+    """Create a sandbox on the idlest host with room and wait until it is running.
+
+    disk_mb: size of /workspace, at most the team's quota; the quota when not given.
+    """
     access.require(principal, WRITE, "create sandboxes")
     team = _team(principal)
     chosen_image = _image_for(team, image)
-    limits = _limits(team, cpus, memory_mb, network)
+    limits = {**_limits(team, cpus, memory_mb, network), "disk_mb": _disk_mb(team, disk_mb)}
     lifetime = _lifetime(team, lifetime_minutes)
     spec_env = validation.env(env)
     sandbox_name = validation.name(name)
@@ -113,6 +121,17 @@ def _limits(team: Team, cpus: Any, memory_mb: Any, network: Any) -> dict[str, An
     }
 
 
+def _disk_mb(team: Team, disk_mb: Any) -> int:
+    if disk_mb is None:
+        return team.max_disk_mb_per_sandbox
+    validation.positive_int(disk_mb, "disk_mb", minimum=MIN_DISK_MB)
+    if disk_mb > team.max_disk_mb_per_sandbox:
+        raise QuotaExceeded(
+            f"team quota: at most {team.max_disk_mb_per_sandbox} MB of disk per sandbox"
+        )
+    return int(disk_mb)
+
+
 def _lifetime(team: Team, minutes: Any) -> int:
     if minutes is None:
         return min(team.default_lifetime_minutes, team.max_lifetime_minutes)
@@ -146,6 +165,7 @@ def _provision(sandbox: Sandbox) -> None:
         network=sandbox.network,
         env=sandbox.env,
         labels={"org.sandhub.team": sandbox.team.slug},
+        disk_mb=sandbox.disk_mb,
     )
     try:
         # A warm-pool member when one fits (sandboxes/housekeeping/pool.py), else a fresh container.

@@ -6,6 +6,8 @@ all sharing one Engine (the connection to the host's engine):
 - names:      container and volume names, labels, the sandbox user;
 - engine:     the client (TLS material from the host's credential) and error mapping;
 - containers: create with the sandbox's isolation, status, destroy, list for reconciliation;
+- network:    a network of its own for a sandbox with network, fenced off by host rules;
+- disk:       a /workspace of the sandbox's disk size (loop-mounted ext4, local engine);
 - exec:       commands through the wrapper in `scripts`, output read from the exec stream;
 - files:      tar archives in and out, directory listings;
 - background: detached jobs that outlive the caller;
@@ -18,10 +20,13 @@ provision ~170 ms, destroy ~45 ms.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from hosts.backends.base import (
+    BackendError,
     ExecResult,
     FileEntry,
     JobStatus,
@@ -30,9 +35,11 @@ from hosts.backends.base import (
     ProbeResult,
     SandboxBackend,
     SandboxSpec,
+    Unsupported,
 )
 from hosts.backends.docker.background import Jobs
 from hosts.backends.docker.containers import Containers
+from hosts.backends.docker.disk import DEFAULT_DISK_MB
 from hosts.backends.docker.engine import Engine
 from hosts.backends.docker.exec import Commands
 from hosts.backends.docker.files import Files
@@ -43,6 +50,8 @@ if TYPE_CHECKING:
     from hosts.models import Host
 
 __all__ = ["DockerBackend"]
+
+logger = logging.getLogger(__name__)
 
 
 class DockerBackend(SandboxBackend):
@@ -140,7 +149,40 @@ class DockerBackend(SandboxBackend):
 
     # --- host --------------------------------------------------------------------------------
     def probe(self) -> ProbeResult:
-        return self.prober.probe()
+        result = self.prober.probe()
+        if not result.healthy:
+            return result
+        return replace(result, details={**result.details, **self._ensure_local_guards()})
+
+    def _ensure_local_guards(self) -> dict[str, str]:
+        """Put back what a reboot or a flush removed (sandbox network rules, disk mounts) and
+        say how this host fences sandboxes in (docs/security.md)."""
+        networks, disks = self.containers.networks, self.containers.disks
+        details = {}
+        try:
+            if networks.firewall:
+                count = networks.ensure_all()
+                details["network_isolation"] = f"own network, host rules installed ({count})"
+            else:
+                details["network_isolation"] = (
+                    "own network; host rules not installed by the platform (remote engine or "
+                    "firewall=external): see docs/security.md"
+                )
+        except BackendError as exc:
+            logger.error("sandbox network rules on host %s: %s", self.host, exc)
+            details["network_isolation"] = f"error: {exc}"
+        try:
+            if disks.enabled:
+                count = disks.ensure_all()
+                details["disk_limit"] = f"loop-mounted ext4 per sandbox ({count})"
+            else:
+                details["disk_limit"] = (
+                    "none: /workspace is a plain volume (remote engine or disk_limit=false)"
+                )
+        except BackendError as exc:
+            logger.error("sandbox disks on host %s: %s", self.host, exc)
+            details["disk_limit"] = f"error: {exc}"
+        return details
 
     def probe_gpu(self) -> float | None:
         return self.prober.probe_gpu()
@@ -156,4 +198,9 @@ class DockerBackend(SandboxBackend):
         return self.pool.provision_pool_member(spec)
 
     def claim_pool_member(self, state: dict[str, Any], spec: SandboxSpec) -> dict[str, Any]:
-        return self.pool.claim_pool_member(state, spec)
+        # A member's disk has the default size and cannot change while it runs: a sandbox
+        # that wants another size is provisioned afresh (the caller discards the member).
+        wanted = (spec.disk_mb or DEFAULT_DISK_MB) if self.containers.disks.enabled else None
+        if state.get("disk_mb") != wanted:
+            raise Unsupported(f"the warm-pool member's disk is not {wanted} MB; provision afresh")
+        return {**self.pool.claim_pool_member(state, spec), "disk_mb": wanted}

@@ -2,15 +2,18 @@
 
 Each sandbox is one container plus one named volume, both called `sandhub-<sandbox id>`:
 
-- the container runs as uid/gid 1000 with every capability dropped, no-new-privileges, a
-  read-only root filesystem, memory (without swap), cpu and pids limits, and no network unless
-  the team allows it; /tmp and /home/sandbox are size-limited tmpfs so pip --user works;
+- the container runs as the sandbox user (names.SANDBOX_UID, no account of the host) with
+  every capability dropped, no-new-privileges, a read-only root filesystem, memory (without
+  swap), cpu and pids limits; /tmp and /home/sandbox are size-limited tmpfs so pip --user works;
+- no network unless the team allows it; then a network of its own, fenced off from the host
+  and from other sandboxes (network.py);
 - /workspace is the named volume, because `put_archive` into a tmpfs mount reports success but
-  the files never show up in the container (moby#22020).
+  the files never show up in the container (moby#22020); on a local engine the volume is a
+  filesystem of the sandbox's disk size (disk.py).
 
-Reconciliation. `list_managed` lists every container and volume labelled
-org.sandhub.managed=1 with its creation time, its deployment (org.sandhub.instance) and the
-state that destroy() needs to remove exactly that one.
+Reconciliation. `list_managed` lists every container, volume and network labelled
+org.sandhub.managed=1, and every disk, with its creation time, its deployment
+(org.sandhub.instance) and the state that destroy() needs to remove exactly that one.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterable
-from datetime import datetime
 from typing import Any
 
 import docker
@@ -32,6 +34,8 @@ from hosts.backends.base import (
     ManagedResource,
     SandboxSpec,
 )
+from hosts.backends.docker import local
+from hosts.backends.docker.disk import DEFAULT_DISK_MB, Disks
 from hosts.backends.docker.engine import Engine
 from hosts.backends.docker.names import (
     LABEL_MANAGED,
@@ -45,7 +49,10 @@ from hosts.backends.docker.names import (
     WORKSPACE,
     identity_labels,
     names,
+    network_name,
+    parse_created,
 )
+from hosts.backends.docker.network import Networks
 
 
 class Containers:
@@ -53,18 +60,31 @@ class Containers:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.networks = Networks(engine)
+        self.disks = Disks(engine)
 
     # --- lifecycle ---------------------------------------------------------------------------
     def provision(self, spec: SandboxSpec) -> dict[str, Any]:
         name = NAME_PREFIX + spec.sandbox_id
         client = self.engine.client()
+        network = name if spec.network else ""
+        disk_mb = (spec.disk_mb or DEFAULT_DISK_MB) if self.disks.enabled else None
         created: list[Callable[[], None]] = []  # undo steps, newest last
         try:
             with self.engine.errors(f"creating sandbox {spec.sandbox_id}"):
                 self._refuse_existing(client, name)
-                client.volumes.create(name=name, labels=identity_labels(spec.sandbox_id))
+                if network:
+                    # Fenced before the container exists: it never runs unfenced.
+                    self.networks.create(client, network, {**spec.labels, **_ids(spec)})
+                    created.append(lambda: self.networks.remove(network))
+                volume_options: dict[str, Any] = {}
+                if disk_mb:
+                    options = self.disks.create(name, disk_mb, {**spec.labels, **_ids(spec)})
+                    created.append(lambda: self.disks.remove(name))
+                    volume_options = {"driver": "local", "driver_opts": options}
+                client.volumes.create(name=name, labels=_ids(spec), **volume_options)
                 created.append(lambda: self._remove_volume(name))
-                container = self._create_container(client, spec, name)
+                container = self._create_container(client, spec, name, network, bool(disk_mb))
                 created.append(lambda: self._remove_container(container.id))
                 container.start()
                 self._check_started(container)
@@ -73,7 +93,13 @@ class Containers:
                 with contextlib.suppress(Exception):
                     undo()
             raise
-        return {"container_id": container.id, "container_name": name, "volume": name}
+        return {
+            "container_id": container.id,
+            "container_name": name,
+            "volume": name,
+            "network": network,
+            "disk_mb": disk_mb,
+        }
 
     def _refuse_existing(self, client: docker.DockerClient, name: str) -> None:
         # Volume creation is idempotent in the engine, so without this check a failed
@@ -82,9 +108,16 @@ class Containers:
             with contextlib.suppress(docker.errors.NotFound):
                 collection.get(name)
                 raise BackendError(f"{name} already exists on host {self.engine.host}")
+        if self.networks.exists(client, name):
+            raise BackendError(f"network {name} already exists on host {self.engine.host}")
 
     def _create_container(
-        self, client: docker.DockerClient, spec: SandboxSpec, name: str
+        self,
+        client: docker.DockerClient,
+        spec: SandboxSpec,
+        name: str,
+        network: str,
+        own_disk: bool,
     ) -> Container:
         memory = spec.memory_mb * 1024 * 1024
         nano_cpus = int(spec.cpus * 1_000_000_000)
@@ -105,10 +138,13 @@ class Containers:
                 memswap_limit=memory,  # equal to mem_limit: no swap at all
                 nano_cpus=nano_cpus,
                 pids_limit=spec.pids_limit,
-                network_mode="bridge" if spec.network else "none",
+                network_mode=network or "none",
                 read_only=True,
                 tmpfs=self._tmpfs(spec),
-                volumes={name: {"bind": WORKSPACE, "mode": "rw"}},
+                # nocopy on a disk of its own: the engine would otherwise give the volume the
+                # owner of the image's /workspace, whoever that is; the disk's is the sandbox
+                # user already. A plain volume takes it from the image (root otherwise).
+                volumes={name: {"bind": WORKSPACE, "mode": "rw,nocopy" if own_disk else "rw"}},
                 working_dir=WORKSPACE,
                 environment=dict(spec.env),
                 labels=labels,
@@ -146,11 +182,17 @@ class Containers:
 
     def destroy(self, state: dict[str, Any]) -> None:
         container, volume = names(state)
+        network = network_name(state)
+        disk = state.get("disk") or volume  # a disk is named after its volume
         with self.engine.errors("removing sandbox"):
             if container:
                 self._remove_container(container)
+            if network:
+                self.networks.remove(network)
             if volume:
                 self._remove_volume(volume)
+            if disk and local.is_local(self.engine.host):
+                self.disks.remove(disk)
 
     def _remove_container(self, ref: str) -> None:
         with contextlib.suppress(docker.errors.NotFound):
@@ -183,15 +225,8 @@ class Containers:
 
     # --- reconciliation ----------------------------------------------------------------------
     def list_sandbox_ids(self) -> Iterable[str]:
-        """Ids of every sandhub container (running or not) and every sandhub volume."""
-        api = self.engine.api()
-        selector = {"label": f"{LABEL_MANAGED}=1"}
-        with self.engine.errors("listing sandboxes"):
-            containers = api.containers(all=True, filters=selector)
-            volumes = api.volumes(filters=selector).get("Volumes") or []
-        ids = {(c.get("Labels") or {}).get(LABEL_SANDBOX) for c in containers}
-        ids |= {(v.get("Labels") or {}).get(LABEL_SANDBOX) for v in volumes}
-        return sorted(i for i in ids if i)
+        """Ids of every sandhub container (running or not), volume, network and disk."""
+        return sorted({r.label_id for r in self.list_managed()})
 
     def list_managed(self) -> list[ManagedResource]:
         api = self.engine.api()
@@ -200,8 +235,16 @@ class Containers:
             containers = api.containers(all=True, filters=selector)
             volumes = api.volumes(filters=selector).get("Volumes") or []
         found = [_container_resource(c) for c in containers]
+        # Networks before volumes before disks: reconciliation removes an orphan's parts in
+        # this order after its container, and a disk goes with its volume.
+        found += self.networks.managed()
         found += [_volume_resource(v) for v in volumes]
+        found += self.disks.managed()
         return [r for r in found if r.label_id]
+
+
+def _ids(spec: SandboxSpec) -> dict[str, str]:
+    return identity_labels(spec.sandbox_id)
 
 
 def _container_resource(summary: dict[str, Any]) -> ManagedResource:
@@ -221,9 +264,7 @@ def _container_resource(summary: dict[str, Any]) -> ManagedResource:
 
 def _volume_resource(summary: dict[str, Any]) -> ManagedResource:
     labels = summary.get("Labels") or {}
-    created = None
-    with contextlib.suppress(KeyError, TypeError, ValueError):
-        created = datetime.fromisoformat(summary["CreatedAt"]).timestamp()
+    created = parse_created(summary.get("CreatedAt"))
     return ManagedResource(
         kind="volume",
         label_id=labels.get(LABEL_SANDBOX, ""),

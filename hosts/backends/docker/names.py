@@ -1,18 +1,27 @@
 """Names, labels and the sandbox user: what ties a container and a volume to their sandbox.
 
-Each sandbox is one container plus one named volume, both called `sandhub-<sandbox id>` and
-labelled with the sandbox id. A warm-pool member is made under its pool id and renamed after
-the sandbox that claims it; its labels (fixed at creation) keep the pool id.
+Each sandbox is one container plus one named volume (and, with network, one network), all
+called `sandhub-<sandbox id>` and labelled with the sandbox id. A warm-pool member is made
+under its pool id and renamed after the sandbox that claims it; its labels (fixed at
+creation) keep the pool id.
 """
 
 from __future__ import annotations
 
+import contextlib
+from datetime import datetime
 from typing import Any
 
 from hosts.backends.base import LABEL_POOL, SandboxGone
 
-SANDBOX_UID = 1000
-SANDBOX_GID = 1000
+# The sandbox user, in the container and (no user namespaces) on the host. It must be no
+# account of the host, or a sandbox's processes and files would be that account's there:
+# above every range Debian and systemd give accounts (regular users end at 60000, nobody is
+# 65534), below the subordinate ids useradd hands out for rootless containers (100000 and up,
+# /etc/subuid), and small enough for plain tar headers (< 8**7). The image's `sandbox` user
+# (images/sandbox/Dockerfile) has the same ids.
+SANDBOX_UID = 99999
+SANDBOX_GID = 99999
 SANDBOX_USER = f"{SANDBOX_UID}:{SANDBOX_GID}"
 WORKSPACE = "/workspace"
 NAME_PREFIX = "sandhub-"
@@ -35,6 +44,21 @@ def names(state: dict[str, Any]) -> tuple[str, str]:
     container = state.get("container_id") or state.get("container_name") or fallback
     volume = state.get("volume") or fallback
     return container, volume
+
+
+def network_name(state: dict[str, Any]) -> str:
+    """The sandbox's own network; "" for a sandbox without one (made without network)."""
+    if "network" in state:
+        return str(state["network"] or "")
+    # A bare sandbox id (reconciliation, a discarded pool member): the network it would have.
+    return NAME_PREFIX + state["sandbox_id"] if state.get("sandbox_id") else ""
+
+
+def parse_created(value: Any) -> float | None:
+    """Unix time of an engine's RFC 3339 creation time (volumes, networks); None if unreadable."""
+    with contextlib.suppress(TypeError, ValueError):
+        return datetime.fromisoformat(str(value)).timestamp()
+    return None
 
 
 def container_ref(state: dict[str, Any]) -> str:
