@@ -68,6 +68,7 @@ class TeamAdmin(admin.ModelAdmin):
         "max_running_sandboxes",
         "max_cpus_per_sandbox",
         "max_memory_mb_per_sandbox",
+        "max_disk_mb_per_sandbox",
         "max_lifetime_minutes",
         "allow_network",
         "created_at",
@@ -86,6 +87,7 @@ class TeamAdmin(admin.ModelAdmin):
                     "max_running_sandboxes",
                     "max_cpus_per_sandbox",
                     "max_memory_mb_per_sandbox",
+                    "max_disk_mb_per_sandbox",
                     "allow_network",
                 ]
             },
