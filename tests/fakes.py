@@ -81,7 +81,8 @@ class FakeBackend(SandboxBackend):
         if argv[:2] == ["sh", "-c"] and "stat -c %s" in argv[2]:  # read_file's range read
             path, start, length = argv[4], int(argv[5]) - 1, int(argv[6])
             if path not in box["files"]:
-                return b"", b"no such file", 1, False
+                missing = f"stat: cannot statx {path!r}: No such file or directory"
+                return b"", missing.encode(), 1, False
             data = box["files"][path]
             return data[start : start + length], f"{len(data)}\n".encode(), 0, False
         if argv[:2] != ["bash", "-c"]:
@@ -172,7 +173,9 @@ class FakeBackend(SandboxBackend):
 
     def put_files(self, state, dest_dir, tar_stream):
         box = self._box(state)
-        with tarfile.open(fileobj=io.BytesIO(tar_stream)) as archive:
+        # bytes, or a file object as the services now pass (uploads stream from disk)
+        data = tar_stream if isinstance(tar_stream, bytes | bytearray) else tar_stream.read()
+        with tarfile.open(fileobj=io.BytesIO(data)) as archive:
             for member in archive:
                 if member.isfile():
                     handle = archive.extractfile(member)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from hosts.models import Host
@@ -103,6 +103,9 @@ class JobStatus:
     elapsed_seconds: float | None = None
     # Not running, no exit code, not cancelled: the job vanished (killed together with what
     # records its exit code, or the sandbox restarted under it).
+    # Set when the job ended but what it left cannot be trusted (its exit file holds no exit
+    # code: the sandbox can write there): the job ended with exit_code None, and this says why.
+    problem: str = ""
 
 
 @dataclass(frozen=True)
@@ -224,12 +227,21 @@ class SandboxBackend(abc.ABC):
 
     # --- files -------------------------------------------------------------------------------
     @abc.abstractmethod
-    def put_files(self, state: dict[str, Any], dest_dir: str, tar_stream: bytes) -> None:
-        """Unpack a tar archive into dest_dir (absolute, inside the sandbox)."""
+    def put_files(
+        self, state: dict[str, Any], dest_dir: str, tar_stream: bytes | IO[bytes]
+    ) -> None:
+        """Unpack a tar archive (bytes, or a file object read to its end) into dest_dir
+        (absolute, inside the sandbox) as the sandbox user, never following or replacing a
+        symbolic link. Raises NotADirectoryError for a link or file where a directory goes,
+        FileExistsError for a file over a directory, PermissionError where the sandbox user
+        may not write."""
 
     @abc.abstractmethod
     def get_files(self, state: dict[str, Any], path: str) -> Iterator[bytes]:
-        """A tar stream of `path` (file or directory), in chunks, never whole in memory."""
+        """A tar stream of `path` (file or directory), in chunks, never whole in memory, read
+        as the sandbox user: what it cannot read, this cannot either. FileNotFoundError and
+        PermissionError come from the call itself; the caller must close() the iterator (a
+        stream left open holds the sandbox's engine connection)."""
 
     @abc.abstractmethod
     def list_dir(self, state: dict[str, Any], path: str) -> list[FileEntry]:

@@ -73,19 +73,24 @@ def start_background(
         "max_runtime_seconds",
     )
     sandbox = running_sandbox(principal, sandbox_id, WRITE, "run commands")
-    _check_background_limit(sandbox)
-    execution = CommandExecution.objects.create(
-        sandbox=sandbox,
-        actor=principal.user,
-        channel=principal.channel,
-        kind="command",
-        command=command,
-        cwd=cwd,
-        timeout_seconds=max_runtime,
-        status=CommandStatus.QUEUED,
-        background=True,
-        started_at=timezone.now(),
-    )
+    with transaction.atomic():
+        # The count and the insert are one step for concurrent starts in the same sandbox:
+        # PostgreSQL locks the sandbox's row until the commit; SQLite runs one write
+        # transaction at a time (settings: BEGIN IMMEDIATE), which is the same lock.
+        list(Sandbox.objects.select_for_update().filter(pk=sandbox.pk).values_list("pk"))
+        _check_background_limit(sandbox)
+        execution = CommandExecution.objects.create(
+            sandbox=sandbox,
+            actor=principal.user,
+            channel=principal.channel,
+            kind="command",
+            command=command,
+            cwd=cwd,
+            timeout_seconds=max_runtime,
+            status=CommandStatus.QUEUED,
+            background=True,
+            started_at=timezone.now(),
+        )
     current().details.update(
         {"command_id": execution.pk, "command": command[:500], "max_runtime_seconds": max_runtime}
     )

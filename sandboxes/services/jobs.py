@@ -5,6 +5,7 @@ The public services in background.py and the supervisor's background_tick use th
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 from typing import Any
 
@@ -20,6 +21,7 @@ from sandboxes.services.common import backend_of, decode_output, mark_lost
 # kills it this long after, in case that did not happen (a job that escaped its group, ...).
 BACKGROUND_KILL_GRACE_SECONDS = 5.0
 _ACTIVITY_EVERY = timedelta(seconds=30)  # how often a running job refreshes last_activity_at
+_EXIT_CODES = (-(2**31), 2**31 - 1)  # what the exit_code column holds
 
 
 def _job(execution: CommandExecution) -> dict[str, Any]:
@@ -111,7 +113,9 @@ def _background_outcome(execution: CommandExecution, status: JobStatus) -> tuple
             return CommandStatus.TIMED_OUT, timed_out
         return CommandStatus.CANCELLED, "cancelled"
     if status.exit_code is None:
-        return CommandStatus.ERROR, (
+        # A backend may say what was wrong (e.g. an exit file the sandbox overwrote).
+        problem = status.problem
+        return CommandStatus.ERROR, problem or (
             "the command's processes vanished without an exit code (was the sandbox restarted?)"
         )
     if status.exit_code in (124, 137) and elapsed >= limit:
@@ -129,9 +133,15 @@ def record_background_end(
     output_bytes: int = 0,
     elapsed: float | None = None,
 ) -> bool:
-    """Store the end once: only a row still running changes. The row is refreshed either way."""
+    """Store the end once: only a row still running changes. The row is refreshed either way.
+
+    Numbers come from the sandbox: what no column can hold is not stored (an exit code out of
+    range as None, an elapsed time that is no finite number as the time the row has run).
+    """
     now = timezone.now()
-    if elapsed is None:
+    if exit_code is not None and not _EXIT_CODES[0] <= exit_code <= _EXIT_CODES[1]:
+        exit_code = None
+    if elapsed is None or not math.isfinite(elapsed) or elapsed < 0:
         elapsed = _elapsed(execution)
     updated = CommandExecution.objects.filter(pk=execution.pk, status=CommandStatus.RUNNING).update(
         status=status,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from hosts.backends.base import (
     BackendError,
@@ -138,7 +138,9 @@ class DockerBackend(SandboxBackend):
         self.jobs.cancel_background(state, job)
 
     # --- files -------------------------------------------------------------------------------
-    def put_files(self, state: dict[str, Any], dest_dir: str, tar_stream: bytes) -> None:
+    def put_files(
+        self, state: dict[str, Any], dest_dir: str, tar_stream: bytes | IO[bytes]
+    ) -> None:
         self.files.put_files(state, dest_dir, tar_stream)
 
     def get_files(self, state: dict[str, Any], path: str) -> Iterator[bytes]:

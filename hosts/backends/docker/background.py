@@ -8,19 +8,26 @@ process and the worker that supervises it:
 - the runner is the leader of a new session (its pid is the session id and the process group
   id), ignores SIGHUP (nohup), runs the command under coreutils `timeout` when a maximum
   runtime is given, and writes the exit code (and the end time) to a file when it ends; before
-  that it kills what the command left running with the log as its output, as the foreground
-  exec does with its pipes, and after a timeout everything else of the job too;
+  that it kills what the command left running with the job's output as its own, as the
+  foreground exec does with its pipes, and after a timeout everything else of the job too;
+- the job's output goes through a fifo to `split`, the output keeper, which writes the log's
+  head and its last parts (below); the runner waits for it to write the end before the exit
+  code;
 - every process of the job carries SANDHUB_JOB_ID=<job id> in its environment, and the
   launcher drops the exec marker (SANDHUB_EXEC_ID) so the foreground exec's own kill sweeps
   never touch the job.
 
-Files live in /workspace/.sandhub/jobs/<job id>/: `log` (stdout and stderr interleaved), `pid`
-(pid = pgid = sid, and the start time), `exit` (exit code and end time, renamed into place so
-it is never read half-written) and `cancelled`. /workspace is the sandbox's named volume: it
-is the only writable place that survives a container restart (/tmp and the home directory are
-tmpfs, the root filesystem is read-only), and the files API can read it, so users can download
-a job's whole log; the services keep only its tail. The log is not capped: it counts against
-the workspace like any file the user writes.
+Files live in /workspace/.sandhub/jobs/<job id>/: `log` (stdout and stderr interleaved, its
+first KEEP bytes), `log.<n>` (the last one or two parts of KEEP bytes of a longer log: the
+middle is dropped as the job runs, so a log takes at most 3 * KEEP bytes of disk; the true
+size is still reported), `pid` (pid = pgid = sid, and the start time), `exit` (exit code and
+end time, renamed into place so it is never read half-written) and `cancelled`. KEEP is
+settings.SANDHUB_JOB_LOG_KEEP_BYTES (default 4 MiB), fixed per job when it starts.
+/workspace is the sandbox's volume: the only writable place that survives a container restart
+(/tmp and the home directory are tmpfs, the root filesystem is read-only), and the files API
+can read it. Everything there is the sandbox's to write, these files too: what a poll reads
+from them is checked, and garbage (an exit code that is no exit code) is reported as such
+(JobStatus.problem), never raised.
 
 Cancel kills the job's whole session, not only its process group: `timeout` puts the command
 in a process group of its own, and shells with job control make more. Processes that left the
@@ -30,165 +37,43 @@ the session with shell builtins only, and if a fork still failed it is run again
 SIGKILL-only mode that never forks until the session is empty. Something that both left the
 session and cleared its environment escapes it (as it escapes the foreground exec's sweeps).
 
-Measured on the development machine: start ~70 ms, poll ~55 ms, cancel of a job that exits on
-SIGTERM ~85 ms (one that ignores it gets SIGKILL 2 s later).
+The scripts are in jobscripts.py. Measured on the development machine: start ~70 ms, poll
+~55 ms, cancel of a job that exits on SIGTERM ~85 ms (one that ignores it gets SIGKILL 2 s
+later).
 """
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from typing import Any
 
+from django.conf import settings
+
 from hosts.backends.base import BackendError, HeadTailBuffer, JobStatus, SandboxGone
 from hosts.backends.docker.exec import INTERNAL_TIMEOUT, Commands
+from hosts.backends.docker.jobscripts import CANCEL, KILL_AFTER, POLL, RUNNER, START
 from hosts.backends.docker.names import container_ref
+
+__all__ = ["JOBS_DIR", "JOB_ID_RE", "KILL_AFTER", "Jobs"]
 
 JOBS_DIR = "/workspace/.sandhub/jobs"  # processes of a job carry SANDHUB_JOB_ID=<job id>
 JOB_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-KILL_AFTER = 2  # seconds between SIGTERM and SIGKILL, for timeouts and cancels alike
+DEFAULT_LOG_KEEP_BYTES = 4 * 1024 * 1024
+_LOG_KEEP_RANGE = (64 * 1024, 256 * 1024 * 1024)  # a part per fork: not too small
 _START_CAP = 16 * 1024
 _BARE_ATTEMPTS = 10
+_NOT_STARTED = 126  # the exit code of an exec whose process the engine could not start
+_STATUS = re.compile(r"sandhub-job ([01]) (\S+) (\d{1,19}) (\S+) (\S+) ([01])")
+_MAX_OUTPUT_BYTES = 2**62  # what a poll may claim the log holds (the column is a bigint)
+_MAX_ELAPSED = 10 * 365 * 24 * 3600.0
 
-# Signal $sig (empty: only look) to the job's processes, except this shell ($me) and zombies
-# (dead already; their parent, tini at worst, reaps them); `found` is set if there were any.
-# sweep_session takes the job's session ($sid) and uses shell builtins only: dash exits on a
-# failed fork, and a fork bomb in the job keeps the pids limit used up. sweep_marked takes
-# processes carrying the marker (those that left the session) and forks a grep: it runs once
-# the session is empty, when forks succeed again.
-_SWEEP = r"""
-sweep_session() {
-    found=
-    for d in /proc/[0-9]*; do
-        p=${d#/proc/}
-        [ "$p" = "$me" ] && continue
-        { read -r line < "$d/stat"; } 2>/dev/null || continue
-        # Fields after the command name, which may itself hold ") ": state ppid pgrp session.
-        set -f; set -- ${line##*) }; set +f
-        [ "$1" != Z ] && [ "$4" = "$sid" ] || continue
-        found=1; [ -z "$sig" ] || kill "-$sig" "$p" 2>/dev/null
-    done
-}
-sweep_marked() {
-    found=
-    for f in $(grep -lzxF "SANDHUB_JOB_ID=$job" /proc/[0-9]*/environ 2>/dev/null); do
-        p=${f#/proc/}; p=${p%/environ}
-        [ "$p" = "$me" ] && continue
-        # Gone by now (grep itself, the subshell around it) or a zombie: nothing to kill.
-        { read -r line < "/proc/$p/stat"; } 2>/dev/null || continue
-        set -f; set -- ${line##*) }; set +f
-        [ "$1" != Z ] || continue
-        found=1; [ -z "$sig" ] || kill "-$sig" "$p" 2>/dev/null
-    done
-}
-kill_rounds() {  # SIGKILL in rounds until one finds nobody (a fork bomb keeps making more)
-    sig=KILL; round=0
-    while [ $round -lt 500 ]; do
-        round=$((round + 1)); sweep_session
-        [ -n "$found" ] || break
-    done
-    [ -z "$found" ] || return 1
-    round=0
-    while [ $round -lt 50 ]; do
-        round=$((round + 1)); sweep_marked
-        [ -n "$found" ] || return 0
-    done
-    return 1
-}
-"""
 
-# The job itself: sh -c _RUNNER sandhub-job DIR CWD LIMIT ARGV..., as session leader.
-_RUNNER = (
-    _SWEEP
-    + r"""
-dir=$1 cwd=$2 limit=$3; shift 3
-me=$$ sid=$$ job=$SANDHUB_JOB_ID
-printf '%s %s\n' "$$" "$(date +%s.%N)" > "$dir/pid.tmp" && mv -f "$dir/pid.tmp" "$dir/pid"
-# A SIGTERM from cancel must not end this shell before the command: with a trap set, sh runs
-# it only once the foreground command has ended, so the exit code is still written.
-trap : TERM
-if cd "$cwd"; then
-    if [ "$limit" = 0 ]; then "$@"; else timeout -k "$KILL_AFTER" "$limit" "$@"; fi
-    rc=$?
-else
-    rc=126
-fi
-case $rc in 124|137) kill_rounds ;; esac  # what escaped timeout's process group
-# As for a foreground command: what the command left running with the log as its output
-# dies with it (a finished job's log would keep growing, a fork bomb would live on); what
-# redirected its output elsewhere (a server started with nohup ... >file &) stays.
-round=0
-while [ $round -lt 500 ]; do
-    round=$((round + 1)); found=
-    for d in /proc/[0-9]*; do
-        [ "$d" = "/proc/$me" ] && continue
-        if [ "$d/fd/1" -ef "$dir/log" ] || [ "$d/fd/2" -ef "$dir/log" ]; then
-            kill -KILL "${d#/proc/}" 2>/dev/null; found=1
-        fi
-    done
-    [ -n "$found" ] || break
-done
-printf '%s %s\n' "$rc" "$(date +%s.%N)" > "$dir/exit.tmp" && mv -f "$dir/exit.tmp" "$dir/exit"
-""".replace("$KILL_AFTER", str(KILL_AFTER))
-)
-
-# sh -c _START sandhub-start JOB DIR CWD LIMIT RUNNER ARGV...; prints the runner's pid. It waits
-# for the runner's pid file without forking (the job may be a fork bomb that has used up the
-# pids limit by then); $! is the runner's pid too (a child of a shell without job control is no
-# group leader, so setsid need not fork), for when the file is slow to come.
-_START = r"""
-job=$1 dir=$2 cwd=$3 limit=$4 runner=$5; shift 5
-mkdir -p "${dir%/*}" && mkdir "$dir" || { echo "cannot create $dir" >&2; exit 1; }
-unset SANDHUB_EXEC_ID
-SANDHUB_JOB_ID=$job; export SANDHUB_JOB_ID
-setsid nohup sh -c "$runner" sandhub-job "$dir" "$cwd" "$limit" "$@" \
-    </dev/null >"$dir/log" 2>&1 &
-pid=$! i=0
-while [ ! -s "$dir/pid" ] && [ $i -lt 50000 ]; do i=$((i + 1)); done
-[ -s "$dir/pid" ] && read -r pid _ < "$dir/pid"
-echo "$pid"
-"""
-
-# sh -c _POLL sandhub-poll DIR JOB PID TAIL_BYTES: a status line on stderr, the tail on stdout.
-# Alive is read before the exit file: the runner writes that file before it exits, so "not
-# alive and no exit file" really means it vanished.
-_POLL = r"""
-dir=$1 job=$2 pid=$3 n=$4
-alive=0 code= end= start= cancelled=0 size=0
-grep -qzxF "SANDHUB_JOB_ID=$job" "/proc/$pid/environ" 2>/dev/null && alive=1
-# Before the runner has written its pid file it may not have exec'd yet (its environ is still
-# the launcher's): the process being there is enough then.
-[ -e "$dir/pid" ] || [ ! -d "/proc/$pid" ] || alive=1
-[ -f "$dir/exit" ] && read -r code end < "$dir/exit"
-[ -f "$dir/pid" ] && read -r _ start < "$dir/pid"
-[ -e "$dir/cancelled" ] && cancelled=1
-[ -f "$dir/log" ] && size=$(stat -c %s "$dir/log")
-printf 'sandhub-job %s %s %s %s %s %s\n' \
-    "$alive" "${code:--}" "$size" "${start:--}" "${end:--}" "$cancelled" >&2
-if [ "$n" -gt 0 ] && [ -f "$dir/log" ]; then exec tail -c "$n" "$dir/log"; fi
-exit 0
-"""
-
-# sh -c _CANCEL sandhub-cancel DIR JOB SID MODE: with MODE "term", SIGTERM and up to
-# KILL_AFTER s to exit first; "kill" goes straight to the fork-free SIGKILL rounds (what the
-# caller asks for when a "term" run died on a failed fork).
-_CANCEL = (
-    _SWEEP
-    + r"""
-dir=$1 job=$2 sid=$3 mode=$4 me=$$
-[ -d "$dir" ] && [ ! -e "$dir/exit" ] && : > "$dir/cancelled"
-if [ "$mode" = term ]; then
-    sig=TERM; sweep_session; sweep_marked
-    sig= i=0
-    while [ $i -lt $((KILL_AFTER * 50)) ]; do
-        i=$((i + 1)); sleep 0.02
-        sweep_session; left=$found; sweep_marked
-        [ -n "$left$found" ] || break
-    done
-fi
-kill_rounds || { echo "processes of job $job survive SIGKILL" >&2; exit 1; }
-""".replace("KILL_AFTER", str(KILL_AFTER))
-)
+def log_keep_bytes() -> int:
+    low, high = _LOG_KEEP_RANGE
+    value = getattr(settings, "SANDHUB_JOB_LOG_KEEP_BYTES", DEFAULT_LOG_KEEP_BYTES)
+    return min(max(int(value), low), high)
 
 
 class Jobs:
@@ -215,11 +100,13 @@ class Jobs:
             raise BackendError("timeout must be positive")
         directory = f"{JOBS_DIR}/{job_id}"
         limit = "0" if timeout is None else f"{timeout:.3f}"
+        keep = log_keep_bytes()
+        script = [START, "sandhub-start", job_id, directory, cwd, limit, str(keep), RUNNER]
         # Through exec, not _internal: the job inherits this exec's environment (the
         # sandbox's env and the caller's), and that is how it gets them.
         result = self.commands.exec(
             state,
-            ["sh", "-c", _START, "sandhub-start", job_id, directory, cwd, limit, _RUNNER, *argv],
+            ["sh", "-c", *script, *argv],
             cwd="/",
             env=env,
             timeout=INTERNAL_TIMEOUT,
@@ -240,6 +127,7 @@ class Jobs:
             "log": f"{directory}/log",
             "pid": pid,  # = process group id = session id
             "timeout": timeout,
+            "log_keep": keep,  # 0 (or missing, for jobs started before): one uncapped log
         }
 
     def poll_background(
@@ -248,11 +136,12 @@ class Jobs:
         tail_bytes = max(int(tail_bytes), 0)
         code, output, message = self.commands.internal(
             state,
-            _POLL,
+            POLL,
             job["dir"],
             job["job_id"],
             str(job.get("pid") or 0),
             str(tail_bytes),
+            str(int(job.get("log_keep") or 0)),
             cap=tail_bytes + 1024,
         )
         if code != 0:
@@ -261,12 +150,17 @@ class Jobs:
 
     def cancel_background(self, state: dict[str, Any], job: dict[str, Any]) -> None:
         args = [job["dir"], job["job_id"], str(job.get("pid") or "")]
-        code, message = self._bare(state, [_CANCEL, "sandhub-cancel", *args, "term"])
-        # A fork bomb: sh died on a failed fork. Again, with the fork-free SIGKILL rounds only.
-        for _ in range(_BARE_ATTEMPTS):
-            if code == 0 or "fork" not in message.lower():
+        code, message = self._bare(state, [CANCEL, "sandhub-cancel", *args, "term"])
+        # A fork bomb: sh died on a failed fork, the engine could not even start it (126,
+        # "OCI runtime exec failed ... resource temporarily unavailable"), or it ran out of
+        # time (None: a starved sandbox on a loaded host). Again, with the fork-free SIGKILL
+        # rounds only.
+        for attempt in range(_BARE_ATTEMPTS):
+            retry = code in (None, _NOT_STARTED) or "fork" in message.lower()
+            if code == 0 or not retry:
                 break
-            code, message = self._bare(state, [_CANCEL, "sandhub-cancel", *args, "kill"])
+            time.sleep(0.05 * attempt)
+            code, message = self._bare(state, [CANCEL, "sandhub-cancel", *args, "kill"])
         if code != 0:
             raise BackendError(f"could not cancel job {job['job_id']}: {message or code}")
 
@@ -286,7 +180,7 @@ class Jobs:
                     ["sh", "-c", *script_and_args],
                     {},
                     time.monotonic() + INTERNAL_TIMEOUT,
-                    HeadTailBuffer(4096),
+                    errors,  # the engine's own "exec failed" comes on stdout
                     errors,
                     None,
                     None,
@@ -304,27 +198,40 @@ class Jobs:
 
 
 def _parse_status(stderr: str, output: bytes) -> JobStatus:
+    """The poll's status line, checked field by field: whatever the sandbox wrote into the
+    job's files, the answer is a status (with `problem` set), never an exception."""
     for line in reversed(stderr.splitlines()):
-        fields = line.split()
-        if len(fields) == 7 and fields[0] == "sandhub-job":
+        found = _STATUS.fullmatch(line.strip())
+        if found:
             break
     else:
         raise BackendError(f"unreadable job status: {stderr[-300:]!r}")
-    _, alive, code, size, start, end, cancelled = fields
+    alive, code, size, start, end, cancelled = found.groups()
+    exit_code, problem = None, ""
+    if code.isdigit() and int(code) <= 255:
+        exit_code = int(code)
+    elif code != "-":
+        problem = (
+            "the job's exit file in the sandbox holds no exit code (it was overwritten from "
+            "inside the sandbox?); the command's exit code is unknown"
+        )
     started, ended = _seconds(start), _seconds(end)
-    exit_code = int(code) if code.lstrip("-").isdigit() else None
+    elapsed = ended - started if started is not None and ended is not None else None
     return JobStatus(
+        # A runner still alive writes the real exit file when the command ends.
         running=alive == "1" and exit_code is None,
         exit_code=exit_code,
         output=output,
-        output_bytes=int(size),
+        output_bytes=min(int(size), _MAX_OUTPUT_BYTES),
         cancelled=cancelled == "1",
-        elapsed_seconds=ended - started if started is not None and ended is not None else None,
+        elapsed_seconds=elapsed if elapsed is not None and 0 <= elapsed <= _MAX_ELAPSED else None,
+        problem=problem,
     )
 
 
 def _seconds(text: str) -> float | None:
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         return None
+    return value if math.isfinite(value) else None

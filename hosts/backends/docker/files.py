@@ -1,29 +1,44 @@
-"""Files in a Docker sandbox: tar archives in and out through the engine, listings by `find`.
+"""Files in a Docker sandbox: tar streams in and out, run as the sandbox user; listings by `find`.
 
-Uploads land in /workspace (the named volume) only: `put_archive` into a tmpfs mount reports
-success but the files never show up in the container (moby#22020). Downloads from the tmpfs
-mounts, which the engine cannot see either, are tarred inside the sandbox instead.
+Nothing here goes through the engine's archive API (get_archive / put_archive): the engine
+reads and writes as root, so a download of /etc/shadow (or of a workspace symlink to it) would
+succeed where the sandbox user's `cat` is refused, and an unread archive stream holds the
+container's lock (exec and inspect on it hang until the stream is collected). Instead `tar`
+runs inside the sandbox as the sandbox user, on an exec stream of its own:
+
+- downloads: `tar -c` streams out; the stream is closed as soon as the reader stops (the tar
+  dies on its next write), and its end says whether everything could be read;
+- uploads: `tar -x` reads exactly the archive's size from stdin (archives.py). Directories
+  the archive writes into are checked first: a symbolic link among them is refused, neither
+  followed (it may point anywhere the sandbox user can write, /tmp, the home) nor replaced
+  by a directory (the user's link would silently disappear).
+
+This also reaches the tmpfs mounts (/tmp, the home), which the engine cannot see (moby#22020).
 """
 
 from __future__ import annotations
 
-import io
 import posixpath
-import tarfile
+import re
 import time
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Iterator
+from typing import IO, Any
 
 import docker.errors
 
 from hosts.backends.base import BackendError, FileEntry, HeadTailBuffer, SandboxGone
+from hosts.backends.docker import archives
 from hosts.backends.docker.engine import Engine
-from hosts.backends.docker.exec import INTERNAL_TIMEOUT, Commands, Deadline
-from hosts.backends.docker.names import SANDBOX_GID, SANDBOX_UID, WORKSPACE, container_ref
+from hosts.backends.docker.exec import INTERNAL_TIMEOUT, Commands, Deadline, ExecStream
+from hosts.backends.docker.names import SANDBOX_USER, WORKSPACE, container_ref
 
-_ARCHIVE_CHUNK = 64 * 1024
 _LISTING_CAP = 16 * 1024 * 1024
-_MISSING_EXIT = 44  # what _LIST and _EXISTS exit with for "no such path"
+_MISSING_EXIT = 44  # what _LIST and _TAR exit with for "no such path"
+_DENIED_EXIT = 13  # what _TAR exits with when the sandbox user may not read the path
+_LINK_EXIT = 45  # what _PREPARE exits with for a link (or a file) where a directory goes
+_ARGS_BATCH = 64 * 1024  # bytes of paths per _PREPARE call, well under the kernel's limits
+# Our scripts' tools, whatever PATH the sandbox's environment sets.
+_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
 
 # One find per listing, NUL-separated so any byte may appear in a name.
 _LIST = r"""
@@ -35,105 +50,168 @@ echo "no such file or directory: $1" >&2; exit 44
 _LIST_FIELDS = 6
 _KINDS = {"f": "file", "d": "dir", "l": "link"}
 
-_EXISTS = r"""
-[ -e "$1" ] || [ -L "$1" ] || exit 44
-"""
-
-# Names members after the basename of the path, as the engine's get_archive does.
+# sh -c _TAR sandhub-tar PATH DIR NAME: members named after NAME, as the engine's get_archive
+# named them. Symlinks in DIR are followed (as the sandbox user); NAME itself is not.
 _TAR = r"""
-cd "$(dirname "$1")" && exec tar -cf - -- "$(basename "$1")"
+if ! cd "$2" 2>/dev/null; then
+    [ -d "$2" ] && { echo "permission denied: $1" >&2; exit 13; }
+    echo "no such file or directory: $1" >&2; exit 44
+fi
+[ -e "$3" ] || [ -L "$3" ] || { echo "no such file or directory: $1" >&2; exit 44; }
+[ -L "$3" ] || [ -r "$3" ] || { echo "permission denied: $1" >&2; exit 13; }
+exec tar -cf - --warning=no-file-changed -- "$3"
 """
 
-_MKDIR = r"""
-mkdir -p -- "$1" || exit 1
-[ -w "$1" ] || { echo "$1 is not writable by the sandbox user" >&2; exit 1; }
+# sh -c _PREPARE sandhub-prepare DEST DIR...: DEST's components below /workspace, then each
+# DIR (relative to DEST, parents first) must be a directory or not exist yet.
+_PREPARE = r"""
+dest=$1; shift
+check() {
+    if [ -L "$1" ]; then
+        echo "$1 is a symbolic link: uploads neither follow links nor replace them;" \
+            "upload to the directory it points to, or remove the link first" >&2
+        exit 45
+    fi
+    if [ -e "$1" ] && [ ! -d "$1" ]; then echo "$1 exists and is not a directory" >&2; exit 45; fi
+}
+p=/workspace
+set -f; IFS=/
+for part in ${dest#/workspace}; do
+    [ -n "$part" ] && p=$p/$part && check "$p"
+done
+set +f; unset IFS
+mkdir -p -- "$dest" || exit 1
+[ -w "$dest" ] || { echo "$dest is not writable by the sandbox user" >&2; exit 1; }
+for d in "$@"; do check "$dest/$d"; done
 """
+
+# sh -c _EXTRACT sandhub-untar DEST SIZE: reads SIZE bytes of archive from stdin. All output
+# (the last of it) comes at the end, on stderr, so nothing waits to be read while we send.
+_EXTRACT = r"""
+{ head -c "$2" | tar -x -p --no-same-owner --no-overwrite-dir -C "$1" -f - 2>&1
+  echo "sandhub-untar $?"; } | tail -c 16384 >&2
+"""
+_EXTRACT_STATUS = re.compile(r"sandhub-untar (\d+)\s*$")
 
 
 class Files:
-    """Uploads, downloads and listings, through the engine and through `commands`."""
+    """Uploads, downloads and listings, through `commands` and exec streams of their own."""
 
     def __init__(self, engine: Engine, commands: Commands) -> None:
         self.engine = engine
         self.commands = commands
 
-    def put_files(self, state: dict[str, Any], dest_dir: str, tar_stream: bytes) -> None:
-        """Unpack into dest_dir, which must be /workspace or below.
+    def put_files(self, state: dict[str, Any], dest_dir: str, archive: bytes | IO[bytes]) -> None:
+        """Unpack a tar archive into dest_dir, which must be /workspace or below.
 
-        Everything else writable in a sandbox is tmpfs, where the engine's archive upload
-        reports success but the files never appear (moby#22020): refuse rather than lose them.
+        `archive` is read in chunks (a file object that cannot seek is spooled first).
+        NotADirectoryError when a directory it writes into is a symbolic link or a file,
+        FileExistsError when a file would replace a directory, PermissionError when the
+        sandbox user may not write there.
         """
         container = container_ref(state)
         dest_dir = posixpath.normpath(dest_dir)
         if dest_dir != WORKSPACE and not dest_dir.startswith(WORKSPACE + "/"):
-            raise BackendError(
-                f"files can only be uploaded under {WORKSPACE}, not into {dest_dir} "
-                "(the docker engine cannot write into the sandbox's tmpfs mounts)"
-            )
-        archive = _owned_by_sandbox(tar_stream)
-        if dest_dir != WORKSPACE:  # the volume's root always exists; skip the round trip
-            code, _, message = self.commands.internal(state, _MKDIR, dest_dir)
+            # Everything else writable in a sandbox is scratch (tmpfs): not where files go.
+            raise BackendError(f"files can only be uploaded under {WORKSPACE}, not into {dest_dir}")
+        source = archives.seekable(archive)
+        try:
+            planned = archives.plan(source)
+            self._prepare(state, dest_dir, planned.directories)
+            self._extract(container, dest_dir, source, planned)
+        finally:
+            if source is not archive:
+                source.close()
+
+    def _prepare(self, state: dict[str, Any], dest_dir: str, directories: list[str]) -> None:
+        if dest_dir == WORKSPACE and not directories:
+            return  # the volume's root always exists: skip the round trip
+        for batch in _batches(directories) or [[]]:
+            code, _, message = self.commands.internal(state, _PREPARE, dest_dir, *batch)
+            if code == _LINK_EXIT:
+                raise NotADirectoryError(message)
             if code != 0:
                 raise BackendError(f"cannot create directory {dest_dir}: {message}")
-        with self.engine.errors(f"writing files into {dest_dir}"):
-            try:
-                ok = self.engine.api().put_archive(container, dest_dir, archive)
-            except docker.errors.NotFound as exc:
-                raise SandboxGone(f"sandbox container {container} no longer exists") from exc
-        if not ok:
-            raise BackendError(f"the engine refused the archive for {dest_dir}")
 
-    def get_files(self, state: dict[str, Any], path: str) -> Iterator[bytes]:
-        """A tar of path, requested right away so a missing path raises here, not mid-stream.
-
-        The engine cannot see into tmpfs mounts (/tmp, /home/sandbox) and answers "not found"
-        for them; when the path does exist inside, tar runs in the sandbox instead.
-        """
-        container = container_ref(state)
-        api = self.engine.api()
-        invisible = False
-        with self.engine.errors(f"reading {path}"):
-            try:
-                chunks, _stat = api.get_archive(container, path, chunk_size=_ARCHIVE_CHUNK)
-            except docker.errors.NotFound:
-                self._require_container(container)
-                invisible = True
-        if not invisible:
-            return self._guarded(chunks, f"reading {path}")
-        code, _, message = self.commands.internal(state, _EXISTS, path)
-        if code == _MISSING_EXIT:
-            raise FileNotFoundError(path)
-        if code != 0:
-            raise BackendError(f"cannot read {path}: {message}")
-        return self._tar_in_sandbox(container, path)
-
-    def _tar_in_sandbox(self, container: str, path: str) -> Iterator[bytes]:
-        """tar's output, streamed; each read may wait up to INTERNAL_TIMEOUT for the next."""
-        _, stream = self.commands.start(container, ["sh", "-c", _TAR, "sandhub-tar", path], {})
-        errors = HeadTailBuffer(4096)
+    def _extract(
+        self, container: str, dest_dir: str, source: IO[bytes], planned: archives.Plan
+    ) -> None:
+        command = ["sh", "-c", _EXTRACT, "sandhub-untar", dest_dir, str(planned.total)]
+        exec_id, stream = self._start(container, command, stdin=True)
+        said = HeadTailBuffer(16 * 1024)
+        sent = 0
         try:
-            for kind, chunk in stream.frames(lambda: time.monotonic() + INTERNAL_TIMEOUT):
-                if kind == 1:
-                    yield chunk
-                else:
-                    errors.write(chunk)
+            # The engine's hijacked connection: written directly, read through ExecStream.
+            channel = getattr(stream.sock, "_sock", stream.sock)
+            try:
+                for chunk in archives.chunks(source, planned):
+                    channel.settimeout(INTERNAL_TIMEOUT)
+                    channel.sendall(chunk)
+                    sent += len(chunk)
+            except OSError:
+                pass  # it stopped reading: what it says below tells why
+            for _, chunk in stream.frames(lambda: time.monotonic() + INTERNAL_TIMEOUT):
+                said.write(chunk)
         except Deadline as exc:
-            raise BackendError(f"reading {path} stalled") from exc
+            raise BackendError(f"writing files into {dest_dir} stalled") from exc
+        except OSError as exc:
+            raise BackendError(f"writing files into {dest_dir} failed: {exc}") from exc
         finally:
             stream.close()
-        if errors.total:
-            message = errors.getvalue().decode("utf-8", "replace").strip()
-            raise BackendError(f"reading {path}: {message}")
+        code = self.commands.exit_code(exec_id, True)
+        output = said.getvalue().decode("utf-8", "replace").strip()
+        status = _EXTRACT_STATUS.search(output)
+        if code == 0 and status and status.group(1) == "0" and sent == planned.total:
+            return
+        message = _EXTRACT_STATUS.sub("", output).strip() or f"exit code {code}"
+        # What the sandbox user may not do there is the caller's to fix, not the host's.
+        if "Permission denied" in message:
+            raise PermissionError(message)
+        if "Is a directory" in message or "File exists" in message:
+            raise FileExistsError(message)  # a file where a directory is, or the reverse
+        raise BackendError(f"unpacking into {dest_dir} failed: {message}")
 
-    def _guarded(self, chunks: Iterable[bytes], what: str) -> Iterator[bytes]:
-        with self.engine.errors(what):
-            yield from chunks
+    def get_files(self, state: dict[str, Any], path: str) -> Iterator[bytes]:
+        """A tar of path as the sandbox user reads it, streamed; close() it when done.
 
-    def _require_container(self, container: str) -> None:
+        Started here, so FileNotFoundError (missing) and PermissionError (unreadable) are
+        raised by this call rather than mid-stream. The stream raises BackendError at its end
+        if tar could not read everything (PermissionError for unreadable files inside).
+        """
+        container = container_ref(state)
+        parent, name = posixpath.split(path.rstrip("/") or "/")
+        command = ["sh", "-c", _TAR, "sandhub-tar", path, parent or "/", name or "."]
+        exec_id, stream = self._start(container, command, stdin=False)
+        tar = TarStream(self, exec_id, stream, path)
         try:
-            self.engine.api().inspect_container(container)
-        except docker.errors.NotFound as exc:
-            raise SandboxGone(f"sandbox container {container} no longer exists") from exc
+            tar.begin()
+        except BaseException:
+            tar.close()
+            raise
+        return tar
+
+    def _start(self, container: str, command: list[str], *, stdin: bool) -> tuple[str, _Stream]:
+        api = self.engine.api()
+        with self.engine.errors("moving files"):
+            try:
+                exec_id = api.exec_create(
+                    container,
+                    command,
+                    stdout=True,
+                    stderr=True,
+                    stdin=stdin,
+                    tty=False,
+                    environment=_ENV,
+                    user=SANDBOX_USER,
+                    workdir="/",
+                )["Id"]
+            except docker.errors.NotFound as exc:
+                raise SandboxGone(f"sandbox container {container} no longer exists") from exc
+            except docker.errors.APIError as exc:
+                if exc.status_code == 409:
+                    raise BackendError(f"sandbox container {container} is not running") from exc
+                raise
+            return exec_id, _Stream(api.exec_start(exec_id, socket=True))
 
     def list_dir(self, state: dict[str, Any], path: str) -> list[FileEntry]:
         code, listing, message = self.commands.internal(state, _LIST, path, cap=_LISTING_CAP)
@@ -145,72 +223,85 @@ class Files:
         return _parse_listing(listing)
 
 
-def _owned_by_sandbox(tar_stream: bytes) -> bytes:
-    """The archive with every member owned by the sandbox user and no set-id bits.
+class _Stream(ExecStream):
+    """An exec stream that keeps the socket it was made from (uploads write to it)."""
 
-    The engine extracts as root and keeps the owners written in the archive, and the sandbox
-    user cannot chown (no capabilities), so root-owned files would be stuck read-only. Parent
-    directories the archive only implies are created root-owned too, so they are added as
-    members. Archives that are already right (what the services build) go through as they
-    are, uncopied. Device nodes and fifos are refused: nothing in a workspace needs them.
-    """
-    try:
-        with tarfile.open(fileobj=io.BytesIO(tar_stream), mode="r:*") as archive:
-            members = archive.getmembers()
-            for member in members:
-                if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
-                    raise BackendError(
-                        f"archive member {member.name} is not a file, directory or link"
-                    )
-                if _member_path(member).split("/")[0] == "..":
-                    raise BackendError(f"archive member {member.name} leaves the destination")
-            listed = {_member_path(m) for m in members if m.isdir()}
-            implied = {d for m in members for d in _parents(_member_path(m))} - listed
-            if not implied and all(_well_owned(m) for m in members):
-                return tar_stream
-            return _rebuilt(archive, members, listed)
-    except tarfile.TarError as exc:
-        raise BackendError(f"not a valid tar archive: {exc}") from exc
+    def __init__(self, sock: Any) -> None:
+        super().__init__(sock)
+        self.sock = sock
 
 
-def _rebuilt(archive: tarfile.TarFile, members: list[tarfile.TarInfo], listed: set[str]) -> bytes:
-    output = io.BytesIO()
-    with tarfile.open(fileobj=output, mode="w", format=tarfile.PAX_FORMAT) as out:
-        for member in members:
-            for parent in _parents(_member_path(member)):
-                if parent not in listed:
-                    listed.add(parent)
-                    directory = tarfile.TarInfo(parent)
-                    directory.type, directory.mode, directory.mtime = (
-                        tarfile.DIRTYPE,
-                        0o755,
-                        member.mtime,
-                    )
-                    out.addfile(_owned(directory))
-            content = archive.extractfile(member) if member.isfile() else None
-            out.addfile(_owned(member), content)
-    return output.getvalue()
+class TarStream(Iterator[bytes]):
+    """The stdout of a `tar -c` exec as chunks; close() ends it (and the tar) at once."""
+
+    def __init__(self, files: Files, exec_id: str, stream: ExecStream, path: str) -> None:
+        self._files, self._exec_id, self._stream, self._path = files, exec_id, stream, path
+        self._frames = stream.frames(lambda: time.monotonic() + INTERNAL_TIMEOUT)
+        self._errors = HeadTailBuffer(4096)
+        self._first: bytes | None = None
+        self._done = False
+
+    def begin(self) -> None:
+        """Read up to the first bytes of the archive, or the end if there are none."""
+        self._first = self._read()
+
+    def __next__(self) -> bytes:
+        if self._first is not None:
+            first, self._first = self._first, None
+            return first
+        if self._done:
+            raise StopIteration
+        chunk = self._read()
+        if chunk is None:
+            raise StopIteration
+        return chunk
+
+    def _read(self) -> bytes | None:
+        """The next stdout chunk; at the end, None (or the error tar ended with)."""
+        try:
+            for kind, chunk in self._frames:
+                if kind == 1:
+                    return chunk
+                self._errors.write(chunk)
+        except Deadline as exc:
+            self.close()
+            raise BackendError(f"reading {self._path} stalled") from exc
+        except OSError as exc:
+            self.close()
+            raise BackendError(f"reading {self._path} failed: {exc}") from exc
+        self.close()
+        self._finish()
+        return None
+
+    def _finish(self) -> None:
+        code = self._files.commands.exit_code(self._exec_id, True)
+        message = self._errors.getvalue().decode("utf-8", "replace").strip()
+        if code == 0 or (code == 1 and not message):  # 1: a file changed while it was read
+            return
+        if code == _MISSING_EXIT:
+            raise FileNotFoundError(self._path)
+        if code == _DENIED_EXIT:
+            raise PermissionError()  # the path itself: nothing to add
+        if "Permission denied" in message:
+            raise PermissionError(message)  # some of what is under it: tar's list
+        raise BackendError(f"reading {self._path}: {message or f'tar exited with {code}'}")
+
+    def close(self) -> None:
+        self._done = True
+        self._first = None
+        self._stream.close()
 
 
-def _owned(member: tarfile.TarInfo) -> tarfile.TarInfo:
-    member.uid, member.gid = SANDBOX_UID, SANDBOX_GID
-    member.uname = member.gname = "sandbox"
-    member.mode &= 0o1777
-    return member
-
-
-def _member_path(member: tarfile.TarInfo) -> str:
-    return posixpath.normpath(member.name.lstrip("/")).removeprefix("./")
-
-
-def _parents(path: str) -> list[str]:
-    """Ancestors of a relative archive path, outermost first ("a/b/c" -> ["a", "a/b"])."""
-    parts = path.split("/")[:-1]
-    return ["/".join(parts[: i + 1]) for i in range(len(parts)) if parts[i] not in ("", ".", "..")]
-
-
-def _well_owned(member: tarfile.TarInfo) -> bool:
-    return member.uid == SANDBOX_UID and member.gid == SANDBOX_GID and not member.mode & 0o6000
+def _batches(paths: list[str]) -> list[list[str]]:
+    batches: list[list[str]] = []
+    size = _ARGS_BATCH
+    for path in paths:
+        if size + len(path) + 1 > _ARGS_BATCH:
+            batches.append([])
+            size = 0
+        batches[-1].append(path)
+        size += len(path) + 1
+    return batches
 
 
 def _parse_listing(listing: bytes) -> list[FileEntry]:

@@ -1,0 +1,148 @@
+"""Tar archives on their way into a sandbox: checked, rewritten, streamed in chunks.
+
+An upload is unpacked by `tar -x` running as the sandbox user inside the sandbox (files.py),
+so it can write nothing the sandbox user could not. Before a byte is sent, the archive is read
+once for its headers only (`plan`): every member must be a file, a directory or a link that
+stays inside the destination, and the directories it writes into are listed, to be checked
+for symbolic links first. It is then sent (`chunks`) with every member owned by the sandbox
+user and without set-id bits, content read from the source `CHUNK` bytes at a time. The
+total size is known in advance, so the sandbox reads exactly that much (`head -c`) and needs
+no end-of-file on its stdin, which a TLS connection to a remote engine cannot half-close.
+"""
+
+from __future__ import annotations
+
+import io
+import posixpath
+import shutil
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import IO
+
+from hosts.backends.base import BackendError
+from hosts.backends.docker.names import SANDBOX_GID, SANDBOX_UID
+
+CHUNK = 64 * 1024
+MAX_MEMBERS = 10_000  # the services send at most 1000 files; headers are kept while planning
+SPOOL_BYTES = 1024 * 1024  # a source that cannot seek is copied, to disk beyond this
+
+
+@dataclass
+class _Member:
+    info: tarfile.TarInfo  # as it is sent
+    offset: int  # of the content in the source
+    size: int
+
+
+@dataclass
+class Plan:
+    members: list[_Member] = field(default_factory=list)
+    # Relative to the destination, parents before children: every directory the archive
+    # writes into, whether it names it or only implies it.
+    directories: list[str] = field(default_factory=list)
+    total: int = 0  # bytes of the archive as sent
+
+
+def seekable(archive: bytes | IO[bytes]) -> IO[bytes]:
+    """The archive as a file object `plan` and `chunks` can seek in (copied if it cannot)."""
+    if isinstance(archive, bytes | bytearray | memoryview):
+        return io.BytesIO(archive)
+    if getattr(archive, "seekable", lambda: False)():
+        return archive
+    spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115 - returned
+    shutil.copyfileobj(archive, spool, CHUNK)
+    spool.seek(0)
+    return spool
+
+
+def plan(source: IO[bytes]) -> Plan:
+    """Check every member and work out what will be sent, reading headers only."""
+    result = Plan()
+    directories: dict[str, None] = {}  # ordered set
+    try:
+        with tarfile.open(fileobj=source, mode="r:*") as archive:
+            for member in archive:
+                if len(result.members) >= MAX_MEMBERS:
+                    raise BackendError(f"the archive has more than {MAX_MEMBERS} members")
+                sent = _rewritten(member)
+                if sent is None:  # the destination itself
+                    continue
+                for parent in _parents(sent.name):
+                    directories[parent] = None
+                if sent.isdir():
+                    directories[sent.name] = None
+                size = sent.size if sent.isfile() else 0
+                result.members.append(_Member(sent, member.offset_data, size))
+                result.total += len(_header(sent)) + size + _padding(size)
+    except tarfile.TarError as exc:
+        raise BackendError(f"not a valid tar archive: {exc}") from exc
+    result.directories = list(directories)
+    result.total += 2 * tarfile.BLOCKSIZE  # the end-of-archive marker
+    return result
+
+
+def chunks(source: IO[bytes], planned: Plan) -> Iterator[bytes]:
+    """The archive as planned: exactly `planned.total` bytes, or BackendError."""
+    for member in planned.members:
+        yield _header(member.info)
+        if member.size:
+            source.seek(member.offset)
+            left = member.size
+            while left:
+                block = source.read(min(CHUNK, left))
+                if not block:
+                    raise BackendError(f"the archive ends inside {member.info.name}")
+                left -= len(block)
+                yield block
+            if pad := _padding(member.size):
+                yield bytes(pad)
+    yield bytes(2 * tarfile.BLOCKSIZE)
+
+
+def _rewritten(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    """The member as the sandbox gets it (None for the destination directory itself)."""
+    if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+        raise BackendError(f"archive member {member.name} is not a file, directory or link")
+    if member.issparse():
+        raise BackendError(f"archive member {member.name} is a sparse file")
+    name = _inside(member.name, member.name)
+    if name == ".":
+        if member.isdir():
+            return None
+        raise BackendError(f"archive member {member.name!r} has no name")
+    sent = tarfile.TarInfo(name)
+    sent.type = tarfile.REGTYPE if member.isfile() else member.type
+    sent.size = member.size if member.isfile() else 0
+    sent.mode = member.mode & 0o1777  # no set-id bits
+    sent.mtime = member.mtime
+    sent.uid, sent.gid = SANDBOX_UID, SANDBOX_GID
+    sent.uname = sent.gname = "sandbox"
+    if member.issym():
+        sent.linkname = member.linkname  # resolved by the sandbox user, like any of theirs
+    elif member.islnk():
+        sent.linkname = _inside(member.linkname, member.name)
+    return sent
+
+
+def _inside(name: str, member: str) -> str:
+    """A relative, normalised archive path that stays inside the destination."""
+    path = posixpath.normpath(name.lstrip("/")).removeprefix("./")
+    if path == ".." or path.startswith("../"):
+        raise BackendError(f"archive member {member} leaves the destination")
+    return path or "."
+
+
+def _parents(path: str) -> list[str]:
+    """Ancestors of a relative archive path, outermost first ("a/b/c" -> ["a", "a/b"])."""
+    parts = path.split("/")[:-1]
+    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def _header(info: tarfile.TarInfo) -> bytes:
+    return info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+
+
+def _padding(size: int) -> int:
+    return -size % tarfile.BLOCKSIZE
