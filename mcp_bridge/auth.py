@@ -3,28 +3,61 @@
 FastMCP calls verify_token once per HTTP request (the endpoint is stateless); None answers
 401. The access token carries only the key's id: tools load the key afresh (identity.py), so
 a revoked key or a removed membership applies to the very next request.
+
+A key prefix or address locked out after too many failures (tenants/ratelimits.py) is
+answered 429 with Retry-After instead: verify_token raises an AuthenticationError that the
+authentication middleware hands to `rate_limited_response`.
 """
 
 from __future__ import annotations
 
 from fastmcp.server.auth import AccessToken, TokenVerifier
+from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
+from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend
+from starlette.authentication import AuthenticationError
+from starlette.middleware import Middleware
+from starlette.middleware.authentication import AuthenticationMiddleware
+from starlette.requests import HTTPConnection
+from starlette.responses import JSONResponse, Response
 
 from mcp_bridge import identity
 from mcp_bridge.runtime import call
 from tenants import apikeys
-from tenants.models import ApiKey
+from tenants.models import ApiKey, Channel
+from tenants.ratelimits import RateLimited
 
 
-def _check(token: str, address: str | None) -> ApiKey | None:
-    key = apikeys.authenticate(token, address=address)
+class LockedOut(AuthenticationError):
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.message, self.retry_after = message, retry_after
+
+
+def _check(token: str, address: str | None) -> ApiKey | LockedOut | None:
+    try:
+        key = apikeys.authenticate(token, address=address, channel=Channel.MCP)
+    except RateLimited as exc:
+        return LockedOut(exc.message, exc.retry_after)
     if key is not None:
         apikeys.touch(key, address)
     return key
 
 
+def rate_limited_response(conn: HTTPConnection, exc: Exception) -> Response:
+    if isinstance(exc, LockedOut):
+        return JSONResponse(
+            {"error": "rate_limited", "error_description": exc.message},
+            status_code=429,
+            headers={"Retry-After": str(exc.retry_after)},
+        )
+    return JSONResponse({"error": "invalid_request", "error_description": str(exc)}, 400)
+
+
 class ApiKeyVerifier(TokenVerifier):
     async def verify_token(self, token: str) -> AccessToken | None:
         key = await call(_check, token, identity.request_address())
+        if isinstance(key, LockedOut):
+            raise key
         if key is None:
             return None
         return AccessToken(
@@ -35,3 +68,14 @@ class ApiKeyVerifier(TokenVerifier):
             expires_at=int(key.expires_at.timestamp()) if key.expires_at else None,
             claims={"api_key_id": key.pk, "user_id": key.user_id, "team_id": key.team_id},
         )
+
+    def get_middleware(self) -> list:
+        """FastMCP's own (TokenVerifier.get_middleware), with the 429 for a lockout."""
+        return [
+            Middleware(
+                AuthenticationMiddleware,
+                backend=BearerAuthBackend(self),
+                on_error=rate_limited_response,
+            ),
+            Middleware(AuthContextMiddleware),
+        ]

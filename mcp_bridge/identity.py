@@ -63,18 +63,32 @@ def caller() -> Caller:
     token = get_access_token()
     address = request_address()
     if token is not None:
-        key = (
-            ApiKey.objects.select_related("user", "team")
-            .filter(pk=token.claims.get("api_key_id"))
-            .first()
-        )
+        key = _token_key(token.claims.get("api_key_id"))
         if key is None:
             raise ToolError(INVALID_KEY)
     elif _process_key is not None:
-        key = apikeys.authenticate(_process_key)
+        key = apikeys.authenticate(_process_key, channel=Channel.MCP)
         if key is None:
             raise ToolError(INVALID_KEY)
         apikeys.touch(key, None)
     else:
         raise ToolError("not authenticated: send Authorization: Bearer <API key>")
     return Caller(key=key, principal=apikeys.principal_for(key, Channel.MCP, address))
+
+
+def known_key() -> ApiKey | None:
+    """The row of the key this call came with, NOT checked again (for the record of a refused
+    call): the access token's key over HTTP, the process key's over stdio."""
+    token = get_access_token()
+    if token is not None:
+        return _token_key(token.claims.get("api_key_id"))
+    if _process_key is None:
+        return None
+    prefix = _process_key.split("_")[1] if _process_key.count("_") >= 2 else ""
+    return ApiKey.objects.select_related("user", "team").filter(prefix=prefix).first()
+
+
+def _token_key(key_id: int | None) -> ApiKey | None:
+    if key_id is None:
+        return None
+    return ApiKey.objects.select_related("user", "team").filter(pk=key_id).first()

@@ -9,8 +9,9 @@ from fastmcp import FastMCP
 
 from mcp_bridge import identity
 from mcp_bridge.runtime import read
-from mcp_bridge.schemas import Sandbox
+from mcp_bridge.schemas import CommandLog, sandbox
 from sandboxes import services
+from sandboxes.shapes import render
 
 LOG_COMMANDS = 20
 TAIL_CHARS = 2000
@@ -32,7 +33,7 @@ def register(mcp: FastMCP) -> None:
             caller = identity.caller()
             selected = caller.key.selected_sandbox
             infos = services.list_sandboxes(caller.principal)
-            return _json([Sandbox.of(i, selected).model_dump(mode="json") for i in infos])
+            return _json([sandbox(i, selected).model_dump(mode="json") for i in infos])
 
         return await read(body)
 
@@ -46,7 +47,7 @@ def register(mcp: FastMCP) -> None:
         def body() -> str:
             caller = identity.caller()
             info = services.get_sandbox(caller.principal, sandbox_id)
-            return _json(Sandbox.of(info, caller.key.selected_sandbox).model_dump(mode="json"))
+            return _json(sandbox(info, caller.key.selected_sandbox).model_dump(mode="json"))
 
         return await read(body)
 
@@ -61,22 +62,16 @@ def register(mcp: FastMCP) -> None:
         def body() -> str:
             caller = identity.caller()
             commands = services.list_commands(caller.principal, sandbox_id, limit=LOG_COMMANDS)
+            # Python values (datetimes shown by str()), as this resource has always shown them.
             return _json(
                 [
-                    {
-                        "command_id": c.id,
-                        "command": c.command[:500],
-                        "kind": c.kind,
-                        "status": c.status,
-                        "exit_code": c.exit_code,
-                        "channel": c.channel,
-                        "actor": c.actor,
-                        "created_at": c.created_at,
-                        "duration_seconds": c.duration_seconds,
-                        "stdout_tail": c.stdout[-TAIL_CHARS:],
-                        "stderr_tail": c.stderr[-TAIL_CHARS:],
-                        "error_message": c.error_message,
-                    }
+                    render(
+                        CommandLog,
+                        c,
+                        command=c.command[:500],
+                        stdout_tail=c.stdout[-TAIL_CHARS:],
+                        stderr_tail=c.stderr[-TAIL_CHARS:],
+                    ).model_dump()
                     for c in commands
                 ]
             )

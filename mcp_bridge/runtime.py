@@ -20,7 +20,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -135,7 +135,7 @@ class OutputPump:
             return
         text = text[: min(MAX_LOG_CHARS, MAX_STREAMED_CHARS - self.streamed)]
         self.streamed += len(text)
-        level = "warning" if stream == "stderr" else "info"
+        level: Literal["warning", "info"] = "warning" if stream == "stderr" else "info"
         await self._send(self.ctx.log(text, level=level, logger_name=stream))
 
     @staticmethod

@@ -17,6 +17,7 @@ from mcp_bridge import (
     tools_files,
     tools_sandboxes,
 )
+from mcp_bridge.refusals import RefusalAudit
 
 INSTRUCTIONS = """\
 Sandhub gives you isolated Linux sandboxes (python3, bash, git; files in /workspace) to run
@@ -38,7 +39,11 @@ def build_server(auth: AuthProvider | None = None) -> FastMCP:
         # agent; anything unexpected is reported without internals and logged here.
         mask_error_details=True,
         on_duplicate="error",
+        # Arguments are checked as JSON, strictly: `"timeout": true` or "10" is no number.
+        strict_input_validation=True,
     )
+    # Every call refused before a service ran (bad arguments, unknown tool) leaves a row.
+    mcp.add_middleware(RefusalAudit())
     tools_sandboxes.register(mcp)
     tools_commands.register(mcp)
     tools_background.register(mcp)

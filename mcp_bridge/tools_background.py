@@ -106,7 +106,7 @@ def register(mcp: FastMCP) -> None:
                 env=env,
                 max_runtime_seconds=max_runtime_seconds,
             )
-            return BackgroundStarted.of(result)
+            return BackgroundStarted.model_validate(result)
 
         return await call(body)
 
@@ -130,7 +130,7 @@ def register(mcp: FastMCP) -> None:
                 )
             except NotFound as exc:
                 raise _not_found_hint(exc, sandbox_id, target) from exc
-            return BackgroundStatus.of(check)
+            return BackgroundStatus.model_validate(check)
 
         return await call(body)
 
@@ -151,6 +151,6 @@ def register(mcp: FastMCP) -> None:
                 check = services.cancel_background(caller.principal, target, task_id)
             except NotFound as exc:
                 raise _not_found_hint(exc, sandbox_id, target) from exc
-            return BackgroundStatus.of(check)
+            return BackgroundStatus.model_validate(check)
 
         return await call(body)

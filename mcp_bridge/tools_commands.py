@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import Annotated
 
 from fastmcp import Context, FastMCP
@@ -10,7 +9,7 @@ from fastmcp.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
-from mcp_bridge import identity, junit
+from mcp_bridge import identity
 from mcp_bridge.args import (
     DEFAULT_OUTPUT_BYTES,
     Command,
@@ -23,15 +22,14 @@ from mcp_bridge.args import (
 )
 from mcp_bridge.runtime import call_streaming
 from mcp_bridge.schemas import Command as CommandOut
-from mcp_bridge.schemas import RunOnce, TestFailure, TestReport
+from mcp_bridge.schemas import RunOnce, TestReport
 from mcp_bridge.tools_files import to_uploads
 from sandboxes import services
-from sandboxes.errors import NotFound, ServiceError
 from sandboxes.results import CommandResult
+from sandboxes.services import workflows
 from sandboxes.validation import WORKSPACE
 
 RUNS = ToolAnnotations(readOnlyHint=False, destructiveHint=False, openWorldHint=False)
-REPORT_MAX_BYTES = 4 * 1024 * 1024
 TAIL_CHARS = 2000
 
 
@@ -42,7 +40,7 @@ def finished(result: CommandResult) -> CommandOut:
         raise ToolError(
             f"{result.error_message or 'timed out'} (command {result.id}); output so far: {so_far}"
         )
-    return CommandOut.of(result)
+    return CommandOut.model_validate(result)
 
 
 def register(mcp: FastMCP) -> None:
@@ -159,7 +157,7 @@ def register(mcp: FastMCP) -> None:
                 min_length=1,
                 max_length=10_000,
             ),
-        ] = "python3 -m pytest -q",
+        ] = workflows.DEFAULT_TEST_COMMAND,
         junit_report: Annotated[
             bool, Field(description="Append --junitxml to the command and read the report.")
         ] = True,
@@ -179,46 +177,23 @@ def register(mcp: FastMCP) -> None:
         """Run a test suite (pytest by default) and return a structured summary: counts of
         passed, failed, errors and skipped, and each failing test's name and message, read
         from the JUnit XML report. Output streams while the tests run."""
-        if report_path:
-            report, full_command = report_path, command
-        elif junit_report:
-            report = f"/tmp/sandhub-junit-{uuid.uuid4().hex[:12]}.xml"
-            full_command = f"{command} --junitxml={report}"
-        else:
-            report, full_command = None, command
 
         def body(on_output) -> TestReport:
             caller = identity.caller()
-            target = caller.sandbox(sandbox_id)
-            result = services.run_command(
+            report = workflows.run_tests(
                 caller.principal,
-                target,
-                full_command,
+                caller.sandbox(sandbox_id),
+                command,
+                junit_report=junit_report,
+                report_path=report_path,
                 cwd=cwd,
                 env=env,
                 timeout=timeout,
                 output_cap=max_output_bytes,
                 on_output=on_output,
             )
-            finished(result)
-            summary, found = _summary(caller, target, report)
-            return TestReport(
-                sandbox_id=target,
-                command=full_command,
-                status=result.status,
-                exit_code=result.exit_code,
-                report_found=found,
-                passed=summary.passed,
-                failed=summary.failed,
-                errors=summary.errors,
-                skipped=summary.skipped,
-                total=summary.total,
-                failures=[TestFailure(**vars(f)) for f in summary.failures],
-                stdout=result.stdout,
-                stderr=result.stderr,
-                duration_seconds=result.duration_seconds,
-                command_id=result.id,
-            )
+            finished(report.result)  # a tool error when the tests timed out
+            return TestReport.model_validate(report)
 
         return await call_streaming(ctx, "tests", timeout, body)
 
@@ -242,46 +217,17 @@ def register(mcp: FastMCP) -> None:
 
         def body(on_output) -> RunOnce:
             caller = identity.caller()
-            info = services.create_sandbox(caller.principal, image=image)
-            try:
-                if uploads:
-                    services.upload_files(caller.principal, info.id, uploads)
-                result = services.run_command(
-                    caller.principal,
-                    info.id,
-                    command,
-                    env=env,
-                    timeout=timeout,
-                    output_cap=max_output_bytes,
-                    on_output=on_output,
-                )
-            finally:
-                deleted = _delete_quietly(caller, info.id)
-            return RunOnce(sandbox_id=info.id, result=finished(result), deleted=deleted)
+            once = workflows.run_once(
+                caller.principal,
+                command,
+                files=uploads,
+                image=image,
+                env=env,
+                timeout=timeout,
+                output_cap=max_output_bytes,
+                on_output=on_output,
+            )
+            finished(once.result)
+            return RunOnce.model_validate(once)
 
         return await call_streaming(ctx, command[:60], timeout, body)
-
-
-def _summary(caller: identity.Caller, sandbox_id: str, report: str | None):
-    if report is None:
-        return junit.Summary(), False
-    try:
-        content = services.read_file(
-            caller.principal, sandbox_id, report, max_bytes=REPORT_MAX_BYTES
-        )
-    except NotFound:
-        return junit.Summary(), False
-    if not content.eof:
-        raise ToolError(f"the JUnit report {report} is over {REPORT_MAX_BYTES} bytes")
-    try:
-        return junit.parse(content.content), True
-    except junit.ReportError as exc:
-        raise ToolError(str(exc)) from exc
-
-
-def _delete_quietly(caller: identity.Caller, sandbox_id: str) -> bool:
-    try:
-        services.delete_sandbox(caller.principal, sandbox_id)
-    except ServiceError:
-        return False  # recorded in the audit log; the cleanup task removes it later
-    return True

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 from typing import Annotated, Literal
 from urllib.parse import urlencode
 
+from django.conf import settings
 from fastmcp import FastMCP
 from fastmcp.exceptions import ToolError
 from mcp.types import ToolAnnotations
@@ -15,8 +14,18 @@ from pydantic import Field
 from mcp_bridge import identity
 from mcp_bridge.args import MAX_INLINE_CHARS, Encoding, FileIn, Files, Path, SandboxId
 from mcp_bridge.runtime import call
-from mcp_bridge.schemas import Entry, File, FileChunk, FileList, FilesWritten, Listing, encode
+from mcp_bridge.schemas import (
+    Entry,
+    File,
+    FileChunk,
+    FileList,
+    FilesWritten,
+    Listing,
+    encode,
+    file_chunk,
+)
 from sandboxes import services
+from sandboxes.errors import InvalidInput
 from sandboxes.results import UploadFile
 from sandboxes.validation import WORKSPACE
 
@@ -29,15 +38,14 @@ MAX_DOWNLOAD_BYTES = 32 * 1024 * 1024
 def to_uploads(files: list[FileIn]) -> list[UploadFile]:
     uploads = []
     for index, item in enumerate(files):
-        if item.encoding == "base64":
-            try:
-                content = base64.b64decode(item.content, validate=True)
-            except (binascii.Error, ValueError) as exc:
-                raise ToolError(f"files[{index}] ({item.path}): content is not base64") from exc
-        else:
-            content = item.content.encode("utf-8")
-        mode = 0o755 if item.executable else 0o644
-        uploads.append(UploadFile(path=item.path, content=content, mode=mode))
+        try:
+            uploads.append(
+                UploadFile.inline(
+                    item.path, item.content, encoding=item.encoding, executable=item.executable
+                )
+            )
+        except InvalidInput as exc:
+            raise ToolError(f"files[{index}] ({item.path}): {exc.message}") from exc
     return uploads
 
 
@@ -60,7 +68,9 @@ def register(mcp: FastMCP) -> None:
         def body() -> FilesWritten:
             caller = identity.caller()
             target = caller.sandbox(sandbox_id)
-            return FilesWritten.of(services.upload_files(caller.principal, target, uploads))
+            return FilesWritten.model_validate(
+                services.upload_files(caller.principal, target, uploads)
+            )
 
         return await call(body)
 
@@ -88,7 +98,7 @@ def register(mcp: FastMCP) -> None:
         def body() -> FilesWritten:
             caller = identity.caller()
             item = uploads[0]
-            return FilesWritten.of(
+            return FilesWritten.model_validate(
                 services.write_file(
                     caller.principal,
                     caller.sandbox(sandbox_id),
@@ -128,15 +138,20 @@ def register(mcp: FastMCP) -> None:
         def body() -> FileList:
             caller = identity.caller()
             target = caller.sandbox(sandbox_id)
-            found = services.download_files(caller.principal, target, paths)
-            total = sum(len(content) for _, content in found)
-            if total > max_total_bytes:
-                first = found[0][0] if found else paths[0]
+            # The service refuses as soon as the files' sizes pass the limit, before their
+            # content is read.
+            limit = min(max_total_bytes, settings.SANDHUB_MAX_TRANSFER_BYTES)
+            try:
+                found = services.download_files(caller.principal, target, paths, max_bytes=limit)
+            except InvalidInput as exc:
+                if "more than" not in exc.message:
+                    raise
                 raise ToolError(
-                    f"the files hold {total} bytes, over max_total_bytes={max_total_bytes}; "
-                    f"ask for fewer files, or download them one by one over HTTP, e.g. "
-                    f"{download_url(caller, target, first)}"
-                )
+                    f"{exc.message} (max_total_bytes={max_total_bytes}); ask for fewer files, "
+                    f"or download them one by one over HTTP, e.g. "
+                    f"{download_url(caller, target, paths[0])}"
+                ) from exc
+            total = sum(len(content) for _, content in found)
             files = []
             for path, content in found:
                 kind, text = encode(content, encoding)
@@ -161,7 +176,7 @@ def register(mcp: FastMCP) -> None:
         def body() -> Listing:
             caller = identity.caller()
             entries = services.list_files(caller.principal, caller.sandbox(sandbox_id), path)
-            return Listing(path=path, entries=[Entry.of(e) for e in entries])
+            return Listing(path=path, entries=[Entry.model_validate(e) for e in entries])
 
         return await call(body)
 
@@ -185,6 +200,6 @@ def register(mcp: FastMCP) -> None:
             content = services.read_file(
                 caller.principal, target, path, offset=offset, max_bytes=max_bytes
             )
-            return FileChunk.of(content, encoding, download_url(caller, target, content.path))
+            return file_chunk(content, encoding, download_url(caller, target, content.path))
 
         return await call(body)

@@ -11,11 +11,10 @@ from pydantic import Field
 from mcp_bridge import identity
 from mcp_bridge.args import Env, SandboxId
 from mcp_bridge.runtime import call
-from mcp_bridge.schemas import ActiveSandbox, HostList, Sandbox, SandboxList
+from mcp_bridge.schemas import ActiveSandbox, HostList, Sandbox, SandboxList, sandbox
 from mcp_bridge.schemas import Host as HostOut
 from sandboxes import services
-from sandboxes.errors import NotFound
-from tenants import apikeys, audit
+from sandboxes.services import selection
 
 READ_ONLY = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
 CREATES = ToolAnnotations(readOnlyHint=False, destructiveHint=False, openWorldHint=False)
@@ -26,11 +25,14 @@ def register(mcp: FastMCP) -> None:
     @mcp.tool(annotations=READ_ONLY)
     async def list_hosts() -> HostList:
         """List the hosts your team's sandboxes can run on, idlest first, with each host's
-        idle score (1 = idle, 0 = saturated), load figures and how many sandboxes it runs."""
+        idle score (1 = idle, 0 = saturated), load figures and how many of your team's
+        sandboxes it runs."""
 
         def body() -> HostList:
             caller = identity.caller()
-            return HostList(hosts=[HostOut.of(h) for h in services.list_hosts(caller.principal)])
+            return HostList(
+                hosts=[HostOut.model_validate(h) for h in services.list_hosts(caller.principal)]
+            )
 
         return await call(body)
 
@@ -45,6 +47,10 @@ def register(mcp: FastMCP) -> None:
         cpus: Annotated[float | None, Field(description="CPU cores.", gt=0, le=64)] = None,
         memory_mb: Annotated[
             int | None, Field(description="Memory limit in MB.", ge=64, le=1024 * 1024)
+        ] = None,
+        disk_mb: Annotated[
+            int | None,
+            Field(description="Size of /workspace in MB (default: the team's limit).", ge=64),
         ] = None,
         lifetime_minutes: Annotated[
             int | None,
@@ -63,7 +69,7 @@ def register(mcp: FastMCP) -> None:
     ) -> Sandbox:
         """Create a sandbox (an isolated Linux container with python3, bash and git; files
         live in /workspace) on the idlest host, wait until it runs, and return it. Team
-        quotas apply (running sandboxes, cpus, memory, lifetime); delete it when done."""
+        quotas apply (running sandboxes, cpus, memory, disk, lifetime); delete it when done."""
 
         def body() -> Sandbox:
             caller = identity.caller()
@@ -73,13 +79,15 @@ def register(mcp: FastMCP) -> None:
                 name=name,
                 cpus=cpus,
                 memory_mb=memory_mb,
+                disk_mb=disk_mb,
                 env=env,
                 lifetime_minutes=lifetime_minutes,
                 network=network,
             )
-            if select:
-                apikeys.select_sandbox(caller.key, info.id)
-            return Sandbox.of(info, caller.key.selected_sandbox)
+            if not select:
+                return sandbox(info, caller.key.selected_sandbox)
+            selection.remember_created(caller.principal, caller.key.pk, info.id)
+            return sandbox(info, info.id)
 
         return await call(body)
 
@@ -93,7 +101,7 @@ def register(mcp: FastMCP) -> None:
             selected = caller.key.selected_sandbox
             infos = services.list_sandboxes(caller.principal)
             return SandboxList(
-                sandboxes=[Sandbox.of(info, selected) for info in infos],
+                sandboxes=[sandbox(info, selected) for info in infos],
                 selected=selected or None,
             )
 
@@ -106,7 +114,7 @@ def register(mcp: FastMCP) -> None:
         def body() -> Sandbox:
             caller = identity.caller()
             info = services.get_sandbox(caller.principal, caller.sandbox(sandbox_id))
-            return Sandbox.of(info, caller.key.selected_sandbox)
+            return sandbox(info, caller.key.selected_sandbox)
 
         return await call(body)
 
@@ -119,8 +127,8 @@ def register(mcp: FastMCP) -> None:
             caller = identity.caller()
             target = caller.sandbox(sandbox_id)
             info = services.delete_sandbox(caller.principal, target)
-            apikeys.forget_sandbox(caller.key, target)
-            return Sandbox.of(info)
+            selection.forget_deleted(caller.principal, caller.key.pk, target)
+            return sandbox(info)
 
         return await call(body)
 
@@ -135,9 +143,8 @@ def register(mcp: FastMCP) -> None:
 
         def body() -> ActiveSandbox:
             caller = identity.caller()
-            info = services.get_sandbox(caller.principal, sandbox_id)
-            apikeys.select_sandbox(caller.key, info.id)
-            return ActiveSandbox(sandbox=Sandbox.of(info, info.id))
+            info = selection.select_sandbox(caller.principal, caller.key.pk, sandbox_id)
+            return ActiveSandbox(sandbox=sandbox(info, info.id) if info else None)
 
         return await call(body)
 
@@ -147,16 +154,7 @@ def register(mcp: FastMCP) -> None:
 
         def body() -> ActiveSandbox:
             caller = identity.caller()
-            selected = caller.key.selected_sandbox
-            if not selected:
-                # No service runs, yet the call is still on record like every other one.
-                audit.record(caller.principal, "sandbox.active", target_type="sandbox")
-                return ActiveSandbox(sandbox=None)
-            try:
-                info = services.get_sandbox(caller.principal, selected)
-            except NotFound:
-                apikeys.forget_sandbox(caller.key, selected)
-                return ActiveSandbox(sandbox=None)
-            return ActiveSandbox(sandbox=Sandbox.of(info, selected))
+            info = selection.get_active_sandbox(caller.principal, caller.key.pk)
+            return ActiveSandbox(sandbox=sandbox(info, info.id) if info else None)
 
         return await call(body)

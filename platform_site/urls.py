@@ -4,8 +4,9 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("api/v1/", include("sandboxes.api_urls")),
+    path("api/v1/", include("sandboxes.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # Swagger UI from drf-spectacular-sidecar's static files (SWAGGER_UI_DIST = SIDECAR): no CDN.
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("", include("sandboxes.web.urls")),  # the team web pages: Home, Hosts, API keys, Team
 ]

@@ -1,24 +1,67 @@
-"""Plain result objects the services return; every interface renders them its own way."""
+"""The result objects the services return: the one description of each result.
+
+Every interface renders these its own way, and every interface's output shape is derived from
+them (sandboxes/shapes.py: a chosen subset of fields, renamed where an interface has always
+named a field differently, plus the interface's own fields) instead of repeating the fields
+and their descriptions. Models are frozen and read attributes (`from_attributes`), so a result
+can be built from any object with the same attribute names (e.g. a backend's file entry).
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import base64
+import binascii
+from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, Self
 
-from hosts.backends.base import FileEntry
-from sandboxes.models import CommandExecution, Sandbox
+from pydantic import BaseModel, ConfigDict, Field
+
+from sandboxes.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from sandboxes.models import CommandExecution, Sandbox
 
 
-@dataclass(frozen=True)
-class SandboxInfo:
+class Result(BaseModel):
+    """A frozen result; positional arguments are taken in field order, as the dataclasses
+    these replaced took them."""
+
+    model_config = ConfigDict(frozen=True, from_attributes=True)
+
+    def __init__(self, *args: Any, **data: Any) -> None:
+        if args:
+            names = list(type(self).model_fields)
+            if len(args) > len(names):
+                raise TypeError(f"{type(self).__name__} takes at most {len(names)} arguments")
+            for name, value in zip(names, args, strict=False):
+                if name in data:
+                    raise TypeError(f"{type(self).__name__} got {name!r} twice")
+                data[name] = value
+        super().__init__(**data)
+
+    @classmethod
+    def read(cls, source: object, **values: Any) -> Self:
+        """The result of `source`: each field not given in `values` is the source's attribute
+        of the same name."""
+        missing = {name: getattr(source, name) for name in cls.model_fields if name not in values}
+        return cls(**missing, **values)
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.model_dump()
+
+
+# --- sandboxes and hosts ---------------------------------------------------------------------
+
+
+class SandboxInfo(Result):
     id: str
     name: str
     team: str
     owner: str | None
     host: str | None
     image: str
-    status: str
+    status: str = Field(description="pending, starting, running, stopping, error, lost, ...")
     status_message: str
     cpus: float
     memory_mb: int
@@ -27,46 +70,56 @@ class SandboxInfo:
     created_at: datetime
     started_at: datetime | None
     last_activity_at: datetime
-    expires_at: datetime | None
+    expires_at: datetime | None = Field(description="when it is deleted automatically")
+    disk_mb: int | None = Field(default=None, description="size of /workspace in MB")
 
     @classmethod
     def from_model(cls, sandbox: Sandbox) -> SandboxInfo:
-        return cls(
+        return cls.read(
+            sandbox,
             id=sandbox.public_id,
-            name=sandbox.name,
             team=sandbox.team.slug,
             owner=sandbox.owner.get_username() if sandbox.owner else None,
             host=sandbox.host.name if sandbox.host else None,
             image=sandbox.image.name,
-            status=sandbox.status,
-            status_message=sandbox.status_message,
-            cpus=sandbox.cpus,
-            memory_mb=sandbox.memory_mb,
-            pids_limit=sandbox.pids_limit,
-            network=sandbox.network,
-            created_at=sandbox.created_at,
-            started_at=sandbox.started_at,
-            last_activity_at=sandbox.last_activity_at,
-            expires_at=sandbox.expires_at,
         )
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+
+class HostInfo(Result):
+    name: str
+    kind: str
+    private: bool = Field(description="only this team may use it")
+    enabled: bool
+    draining: bool
+    healthy: bool
+    idle_score: float = Field(description="1 = idle, 0 = saturated; new sandboxes go idlest")
+    cpu_percent: float | None
+    memory_percent: float | None
+    gpu_percent: float | None
+    sandboxes_running: int = Field(
+        description="running sandboxes of your team on it (every team's for platform admins)"
+    )
+    max_sandboxes: int
+    last_probe_at: datetime | None
+    last_error: str = ""
+    details: dict[str, Any] = Field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class CommandResult:
-    id: int
+# --- commands --------------------------------------------------------------------------------
+
+
+class CommandResult(Result):
+    id: int = Field(description="id in the command history")
     sandbox_id: str
     command: str
     kind: str
-    status: str
+    status: str = Field(description="succeeded, failed (non-zero exit), timed_out or error")
     exit_code: int | None
-    stdout: str
+    stdout: str = Field(description="head and tail kept when long, with a '[N bytes cut]' mark")
     stderr: str
     stdout_truncated: bool
     stderr_truncated: bool
-    stdout_bytes: int
+    stdout_bytes: int = Field(description="bytes the command wrote, including any cut")
     stderr_bytes: int
     duration_seconds: float | None
     error_message: str
@@ -74,71 +127,72 @@ class CommandResult:
     actor: str | None
     created_at: datetime
     finished_at: datetime | None
-    background: bool = False  # started with start_background: follow it with check_background
+    background: bool = Field(
+        False,
+        description="started in the background: follow it with check_background (MCP) or at "
+        ".../background/{id}/ (REST)",
+    )
 
     @classmethod
     def from_model(cls, execution: CommandExecution) -> CommandResult:
-        return cls(
+        return cls.read(
+            execution,
             id=execution.pk,
             sandbox_id=execution.sandbox.public_id,
-            command=execution.command,
-            kind=execution.kind,
-            status=execution.status,
-            exit_code=execution.exit_code,
-            stdout=execution.stdout,
-            stderr=execution.stderr,
-            stdout_truncated=execution.stdout_truncated,
-            stderr_truncated=execution.stderr_truncated,
-            stdout_bytes=execution.stdout_bytes,
-            stderr_bytes=execution.stderr_bytes,
-            duration_seconds=execution.duration_seconds,
-            error_message=execution.error_message,
-            channel=execution.channel,
             actor=execution.actor.get_username() if execution.actor else None,
-            created_at=execution.created_at,
-            finished_at=execution.finished_at,
-            background=execution.background,
         )
 
     @property
     def ok(self) -> bool:
         return self.status == "succeeded"
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
-
-@dataclass(frozen=True)
-class BackgroundCheck:
+class BackgroundCheck(Result):
     """A background command as check_background / cancel_background see it."""
 
-    id: int  # the CommandExecution id, i.e. the task id start_background returned
+    id: int = Field(description="the command's id, returned when it was started")
     sandbox_id: str
     command: str
-    status: str  # running, succeeded, failed, timed_out, cancelled, error
+    status: str = Field(
+        description="running, succeeded, failed (non-zero exit), timed_out (killed at its "
+        "max_runtime_seconds), cancelled, or error (it could not run, or its sandbox went)"
+    )
     running: bool
-    exit_code: int | None
-    output: str  # the last lines of its log: stdout and stderr interleaved, as they came
-    output_truncated: bool  # `output` is not the whole log (all of it is at log_path)
-    output_bytes: int  # the whole log's size so far
-    elapsed_seconds: float | None
-    max_runtime_seconds: float
-    log_path: str  # inside the sandbox; read or download it with the file tools
+    exit_code: int | None = Field(description="null while it runs")
+    output: str = Field(
+        description="the last tail_lines lines of its log, stdout and stderr interleaved as "
+        "they came"
+    )
+    output_truncated: bool = Field(description="false: output is the whole log so far")
+    output_bytes: int = Field(description="size of the whole log so far")
+    elapsed_seconds: float | None = Field(description="so far while it runs; start to end after")
+    max_runtime_seconds: float = Field(description="it is killed (timed_out) after this long")
+    log_path: str = Field(description="the whole log, in the sandbox (read_file, or the files API)")
     error_message: str
     started_at: datetime | None
     finished_at: datetime | None
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+
+# --- files -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class FileContent:
+class FileEntry(Result):
+    """One entry of a directory listing (built from the backend's entries by attribute)."""
+
+    name: str
+    path: str
+    kind: str = Field(description="file, dir, link or other")
+    size: int
+    mtime: float
+    mode: str
+
+
+class FileContent(Result):
     path: str
     content: bytes
     offset: int
-    size: int  # whole file
-    eof: bool  # content reaches the end of the file
+    size: int = Field(description="size of the whole file")
+    eof: bool = Field(description="content reaches the end of the file")
 
     def text(self) -> str | None:
         try:
@@ -147,37 +201,93 @@ class FileContent:
             return None
 
 
-@dataclass(frozen=True)
-class UploadFile:
+class UploadFile(Result):
     path: str
     content: bytes
     mode: int = 0o644
 
+    @classmethod
+    def inline(
+        cls, path: str, content: str, *, encoding: str = "text", executable: bool = False
+    ) -> UploadFile:
+        """A file given inline in a request: text, or base64 of any bytes."""
+        if encoding == "base64":
+            try:
+                data = base64.b64decode(content, validate=True)
+            except (binascii.Error, ValueError) as exc:
+                raise InvalidInput("content is not base64") from exc
+        else:
+            data = content.encode("utf-8")
+        return cls(path=path, content=data, mode=0o755 if executable else 0o644)
 
-@dataclass(frozen=True)
-class UploadResult:
+
+class UploadResult(Result):
     sandbox_id: str
     paths: list[str]
     total_bytes: int
 
 
-@dataclass(frozen=True)
-class HostInfo:
-    name: str
-    kind: str
-    private: bool
-    enabled: bool
-    draining: bool
-    healthy: bool
-    idle_score: float
-    cpu_percent: float | None
-    memory_percent: float | None
-    gpu_percent: float | None
-    sandboxes_running: int
-    max_sandboxes: int
-    last_probe_at: datetime | None
-    last_error: str = ""
-    details: dict[str, Any] = field(default_factory=dict)
+class FileStream(Iterator[bytes]):
+    """One file's content as chunks (open_file_stream). close() releases what feeds it (the
+    backend's stream) at once, whether it was read to the end, in part, or not at all."""
+
+    def __init__(self, chunks: Iterator[bytes], *sources: object) -> None:
+        self._chunks = chunks
+        self._sources = (chunks, *sources)
+        self._closed = False
+
+    def __next__(self) -> bytes:
+        if self._closed:
+            raise StopIteration
+        return next(self._chunks)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        errors: list[BaseException] = []
+        for source in self._sources:
+            close: Callable[[], object] | None = getattr(source, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception as exc:  # close every source; report the first failure
+                    errors.append(exc)
+        if errors:
+            raise errors[0]
+
+
+# --- workflows -------------------------------------------------------------------------------
+
+
+class TestFailure(Result):
+    __test__ = False  # not a pytest test class
+
+    name: str = Field(description="classname.name, e.g. tests.test_calc.test_add")
+    kind: Literal["failure", "error"]
+    message: str
+    details: str = Field(description="the start of the traceback or captured output")
+
+
+class TestReport(Result):
+    """A test run: what its JUnit report says, and the test command's own result."""
+
+    __test__ = False
+
+    report_found: bool = Field(description="false: no JUnit XML; counts are then unknown (0)")
+    passed: int
+    failed: int
+    errors: int
+    skipped: int
+    total: int
+    failures: list[TestFailure] = Field(description="failed and erroring tests, first 50")
+    result: CommandResult = Field(description="the test command (a timed out one: no counts)")
+
+
+class RunOnceResult(Result):
+    sandbox_id: str = Field(description="the throwaway sandbox (deleted again)")
+    result: CommandResult
+    deleted: bool = Field(description="false: deleting failed; it is cleaned up later")
 
 
 __all__ = [
@@ -185,8 +295,13 @@ __all__ = [
     "CommandResult",
     "FileContent",
     "FileEntry",
+    "FileStream",
     "HostInfo",
+    "Result",
+    "RunOnceResult",
     "SandboxInfo",
+    "TestFailure",
+    "TestReport",
     "UploadFile",
     "UploadResult",
 ]

@@ -4,6 +4,10 @@ A key reads `shk_<prefix>_<secret>`. The 8-character prefix is stored in clear t
 (and to name the key in logs and admin); the 256-bit secret is stored only as its SHA-256.
 A slow password hash buys nothing for a random secret that long, and a fast one keeps every
 request cheap. Hashes are compared in constant time.
+
+Every refused key leaves one audit row (apikey.auth), and failures are counted per key prefix
+and per source address: too many lock that prefix or address out for a while, the right key
+included (tenants/ratelimits.py; RateLimited, HTTP 429).
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from tenants import ratelimits
 from tenants.errors import InvalidInput
-from tenants.models import ApiKey, ApiKeyScope, Membership, Team
+from tenants.models import ApiKey, ApiKeyScope, Channel, Membership, Team
 from tenants.principal import Principal
 
 logger = logging.getLogger("sandhub.apikeys")
@@ -155,27 +160,37 @@ def create_key(
     raise RuntimeError("could not find a free key prefix")
 
 
-def authenticate(raw: str | None, *, address: str | None = None) -> ApiKey | None:
+def authenticate(
+    raw: str | None, *, address: str | None = None, channel: str = Channel.API
+) -> ApiKey | None:
     """The key's row if `raw` is a valid, live key whose user still belongs to its team.
 
-    Every refusal is logged with the reason and the prefix, never the secret.
+    Every refusal is logged with the reason and the prefix, never the secret, and leaves one
+    audit row on `channel`. Raises ratelimits.RateLimited while the prefix or the address is
+    locked out (checked first, so a locked-out request costs no key lookup), and for the
+    failure that starts a lockout.
     """
     if not raw:
         return None
+    address = clean_address(address)
     match = _KEY_RE.match(raw.strip())
+    ratelimits.check_lockout(match.group(1) if match else None, address)
     if match is None:
-        _refuse("malformed key", None, address)
+        _refuse(ratelimits.Failure("malformed key", None, address, channel))
         return None
     prefix, secret = match.groups()
     key = ApiKey.objects.select_related("user", "team").filter(prefix=prefix).first()
     # Hash even when there is no row, so timing does not tell which prefixes exist.
     expected = key.secret_hash if key else "0" * 64
     if not hmac.compare_digest(_hash(secret), expected) or key is None:
-        _refuse("unknown key or wrong secret", prefix, address)
+        team = key.team if key else None  # the key's team sees someone trying its prefix
+        _refuse(
+            ratelimits.Failure("unknown key or wrong secret", prefix, address, channel, None, team)
+        )
         return None
     reason = refusal_reason(key)
     if reason:
-        _refuse(reason, prefix, address)
+        _refuse(ratelimits.Failure(reason, prefix, address, channel, key.user, key.team))
         return None
     return key
 
@@ -193,10 +208,14 @@ def refusal_reason(key: ApiKey) -> str | None:
     return None
 
 
-def _refuse(reason: str, prefix: str | None, address: str | None) -> None:
+def _refuse(failure: ratelimits.Failure) -> None:
     logger.warning(
-        "API key refused: %s (key shk_%s, from %s)", reason, prefix or "?", address or "?"
+        "API key refused: %s (key shk_%s, from %s)",
+        failure.reason,
+        failure.prefix or "?",
+        failure.address or "?",
     )
+    ratelimits.authentication_failed(failure)
 
 
 def touch(key: ApiKey, address: str | None) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from tenants import apikeys
+from tenants import apikeys, ratelimits
 from tenants.auditing import audited, current
 from tenants.errors import Conflict, InvalidInput, NotFound, PermissionDenied
 from tenants.models import ApiKey, Membership, Role, Team
@@ -39,6 +39,8 @@ MANAGER_ROLES = frozenset({Role.OWNER, Role.ADMIN})
 # --- API keys --------------------------------------------------------------------------------
 
 
+# Limited per key or user and per address (tenants/ratelimits.py), platform admins aside.
+@ratelimits.rate_limited("apikey.create")
 @audited("apikey.create", "apikey")
 def create_api_key(
     principal: Principal,

@@ -502,3 +502,44 @@ def test_run_once_creates_runs_and_deletes(asgi_server, world):
     result = run(conversation()).structured_content
     assert result["deleted"] and result["result"]["stdout"].startswith("hi there\n")
     assert Sandbox.objects.get(public_id=result["sandbox_id"]).status == "deleted"
+
+
+def test_run_tests_and_run_once_leave_one_audit_row_each(asgi_server, world, shared_sandbox):
+    start = AuditLog.objects.order_by("-id").values_list("id", flat=True).first()
+
+    async def conversation():
+        async with mcp(asgi_server, world.keys["alice"]) as client:
+            await client.call_tool(
+                "run_tests",
+                {"sandbox_id": shared_sandbox, "command": "true", "junit_report": False},
+            )
+            await client.call_tool("run_once", {"command": "true"})
+
+    run(conversation())
+    rows = list(AuditLog.objects.filter(id__gt=start).order_by("id"))
+    assert [(row.action, row.outcome) for row in rows] == [
+        ("command.tests", "ok"),
+        ("command.once", "ok"),
+    ]
+    assert rows[0].target_id == shared_sandbox and rows[0].details["command"] == "true"
+
+
+def test_download_files_refuses_over_max_total_bytes_with_a_download_url(
+    asgi_server, world, shared_sandbox
+):
+    async def conversation():
+        async with mcp(asgi_server, world.keys["alice"]) as client:
+            await client.call_tool(
+                "write_file",
+                {"sandbox_id": shared_sandbox, "path": "limit.txt", "content": "x" * 100},
+            )
+            return await client.call_tool(
+                "download_files",
+                {"sandbox_id": shared_sandbox, "paths": ["limit.txt"], "max_total_bytes": 10},
+                raise_on_error=False,
+            )
+
+    result = run(conversation())
+    message = result.content[0].text
+    assert result.is_error and "more than 10 bytes" in message
+    assert "max_total_bytes=10" in message and "/files/download?path=limit.txt" in message

@@ -17,7 +17,7 @@ from sandboxes import services
 from sandboxes.models import CommandExecution, Sandbox
 from tenants.models import AuditLog, Channel, Membership
 from tests import mcp_fixtures as fx
-from tests.mcp_fixtures import CALC
+from tests.mcp_fixtures import CALC, TEST_CALC
 
 asgi_server, live_db, shared_sandbox, world = (
     fx.asgi_server,
@@ -134,6 +134,54 @@ def _upload(name: str, content: bytes):
     from django.core.files.uploadedfile import SimpleUploadedFile
 
     return SimpleUploadedFile(name, content)
+
+
+def test_run_tests_and_run_once_endpoints(world, shared_sandbox):
+    client = client_for(world, "alice")
+    base = f"{API}/sandboxes/{shared_sandbox}"
+    files = [("calc.py", CALC.encode()), ("test_calc.py", TEST_CALC.encode())]
+    uploaded = client.post(
+        f"{base}/files/",
+        {"path": "rest_tests", "file": [_upload(name, data) for name, data in files]},
+        format="multipart",
+    )
+    assert uploaded.status_code == 201, uploaded.content
+    start = AuditLog.objects.order_by("-id").values_list("id", flat=True).first()
+
+    tested = client.post(
+        f"{base}/run-tests/",
+        {"command": "python3 -m pytest -q -p no:cacheprovider", "cwd": "rest_tests"},
+        format="json",
+    )
+    assert tested.status_code == 200, tested.content
+    report = tested.json()
+    assert report["report_found"] and (report["passed"], report["failed"]) == (2, 1)
+    assert report["failures"][0]["name"] == "test_calc.test_add_wrong"
+    assert "two and two make four" in report["failures"][0]["message"]
+    assert report["result"]["status"] == "failed" and report["result"]["channel"] == "api"
+
+    once = client.post(
+        f"{API}/run-once/",
+        {
+            "command": "cat hello.txt && ./hi.sh",
+            "files": [
+                {"path": "hello.txt", "content": "hi there\n"},
+                {"path": "hi.sh", "content": "#!/bin/sh\necho run\n", "executable": True},
+            ],
+        },
+        format="json",
+    )
+    assert once.status_code == 200, once.content
+    body = once.json()
+    assert body["deleted"] and body["result"]["stdout"] == "hi there\nrun\n"
+    assert Sandbox.objects.get(public_id=body["sandbox_id"]).status == "deleted"
+
+    # One call, one audit row, whatever it does inside.
+    rows = AuditLog.objects.filter(id__gt=start).order_by("id")
+    assert [(r.action, r.channel) for r in rows] == [
+        ("command.tests", Channel.API),
+        ("command.once", Channel.API),
+    ]
 
 
 def test_session_auth_acts_in_the_users_team(world, shared_sandbox):

@@ -285,6 +285,7 @@ def test_admin_membership_edits_go_through_the_services(
         "max_running_sandboxes": "3",
         "max_cpus_per_sandbox": "2.0",
         "max_memory_mb_per_sandbox": "2048",
+        "max_disk_mb_per_sandbox": "5120",
         "default_lifetime_minutes": "60",
         "max_lifetime_minutes": "1440",
         "idle_timeout_minutes": "30",

@@ -10,22 +10,32 @@ from sandboxes.auditing import audited, current
 from sandboxes.errors import NotFound, PermissionDenied
 from sandboxes.housekeeping import pool, probes, reconcile, sweep
 from sandboxes.results import HostInfo
+from tenants.models import Team
 from tenants.principal import Principal
 
 
 @audited("host.list", "host")
 def list_hosts(principal: Principal) -> list[HostInfo]:
-    """Hosts the principal's team may use (shared and its private ones), idlest first."""
+    """Hosts the principal's team may use (shared and its private ones), idlest first.
+
+    Each host's count of running sandboxes is the team's own: the count of every team would
+    show other tenants' activity. Platform admins see every team's.
+    """
     access.require(principal, READ, "list hosts")
+    admin = access.is_platform_admin(principal)
     hosts = (
         Host.objects.all()
-        if access.is_platform_admin(principal) and principal.team is None
+        if admin and principal.team is None
         else placement.visible_hosts(principal.team)
     )
-    return [_host_info(h) for h in hosts]
+    return [_host_info(h, None if admin else principal.team) for h in hosts]
 
 
-def _host_info(host: Host) -> HostInfo:
+def _host_info(host: Host, team: Team | None = None) -> HostInfo:
+    """The host as shown; `team`: count only that team's running sandboxes."""
+    running = host.sandboxes.live()
+    if team is not None:
+        running = running.filter(team=team)
     return HostInfo(
         name=host.name,
         kind=host.kind,
@@ -37,7 +47,7 @@ def _host_info(host: Host) -> HostInfo:
         cpu_percent=host.cpu_percent,
         memory_percent=host.memory_percent,
         gpu_percent=host.gpu_percent,
-        sandboxes_running=host.sandboxes.live().count(),
+        sandboxes_running=running.count(),
         max_sandboxes=host.max_sandboxes,
         last_probe_at=host.last_probe_at,
         last_error=host.last_error,

@@ -21,12 +21,15 @@ from sandboxes.results import SandboxInfo
 from sandboxes.services.common import backend_of
 from tenants.models import Team
 from tenants.principal import Principal
+from tenants.ratelimits import rate_limited
 
 # Smallest /workspace a sandbox may ask for: room for a checkout and the filesystem's own
 # metadata (the team quota's own minimum is the same).
 MIN_DISK_MB = 64
 
 
+# Limited per key or user and per address (tenants/ratelimits.py), platform admins aside.
+@rate_limited("sandbox.create")
 @audited("sandbox.create", "sandbox")
 def create_sandbox(
     principal: Principal,

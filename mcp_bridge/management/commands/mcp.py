@@ -15,6 +15,8 @@ from django.core.management.base import BaseCommand, CommandError
 from mcp_bridge import identity
 from mcp_bridge.server import build_server
 from tenants import apikeys
+from tenants.models import Channel
+from tenants.ratelimits import RateLimited
 
 
 class Command(BaseCommand):
@@ -32,7 +34,10 @@ class Command(BaseCommand):
         raw = options["api_key"] or os.environ.get("SANDHUB_API_KEY", "")
         if not raw:
             raise CommandError("no API key: pass --api-key KEY or set SANDHUB_API_KEY")
-        key = apikeys.authenticate(raw)
+        try:
+            key = apikeys.authenticate(raw, channel=Channel.MCP)
+        except RateLimited as exc:
+            raise CommandError(exc.message) from exc
         if key is None:
             raise CommandError(
                 "invalid API key: it is unknown, revoked or expired, or its user is no longer "

@@ -5,36 +5,32 @@ bounded by the caller, and DTDs (entity expansion) are refused before parsing.""
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field
+from collections import Counter
+from typing import Literal, NamedTuple
+
+from sandboxes.results import TestFailure
 
 MAX_FAILURES = 50
 MAX_MESSAGE_CHARS = 1000
 MAX_DETAILS_CHARS = 2000
+OUTCOMES = ("passed", "failed", "errors", "skipped")
 
 
 class ReportError(ValueError):
     pass
 
 
-@dataclass
-class Failure:
-    name: str
-    kind: str  # "failure" | "error"
-    message: str
-    details: str
-
-
-@dataclass
-class Summary:
-    passed: int = 0
-    failed: int = 0
-    errors: int = 0
-    skipped: int = 0
-    failures: list[Failure] = field(default_factory=list)
+class Summary(NamedTuple):
+    counts: Counter[str]  # by outcome (OUTCOMES); a missing one counts 0
+    failures: list[TestFailure]  # the first MAX_FAILURES failed and erroring tests
 
     @property
     def total(self) -> int:
-        return self.passed + self.failed + self.errors + self.skipped
+        return sum(self.counts[outcome] for outcome in OUTCOMES)
+
+
+def empty() -> Summary:
+    return Summary(Counter(), [])
 
 
 def parse(xml: bytes) -> Summary:
@@ -44,7 +40,7 @@ def parse(xml: bytes) -> Summary:
         root = ET.fromstring(xml)
     except ET.ParseError as exc:
         raise ReportError(f"the JUnit report is not well-formed XML: {exc}") from exc
-    summary = Summary()
+    summary = empty()
     for case in root.iter("testcase"):
         _count(summary, case)
     return summary
@@ -52,25 +48,23 @@ def parse(xml: bytes) -> Summary:
 
 def _count(summary: Summary, case: ET.Element) -> None:
     outcome = None
-    for kind in ("failure", "error", "skipped"):
-        outcome = case.find(kind)
+    for tag in ("failure", "error", "skipped"):
+        outcome = case.find(tag)
         if outcome is not None:
             break
     if outcome is None:
-        summary.passed += 1
+        summary.counts["passed"] += 1
         return
     if outcome.tag == "skipped":
-        summary.skipped += 1
+        summary.counts["skipped"] += 1
         return
-    if outcome.tag == "failure":
-        summary.failed += 1
-    else:
-        summary.errors += 1
+    kind: Literal["failure", "error"] = "failure" if outcome.tag == "failure" else "error"
+    summary.counts["failed" if kind == "failure" else "errors"] += 1
     if len(summary.failures) < MAX_FAILURES:
         summary.failures.append(
-            Failure(
+            TestFailure(
                 name=_name(case),
-                kind=outcome.tag,
+                kind=kind,
                 message=(outcome.get("message") or outcome.get("type") or "")[:MAX_MESSAGE_CHARS],
                 details=(outcome.text or "").strip()[:MAX_DETAILS_CHARS],
             )

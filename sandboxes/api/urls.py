@@ -1,0 +1,37 @@
+"""URLs of the REST API, mounted at /api/v1/ by platform_site/urls.py."""
+
+from django.urls import path
+
+from sandboxes.api import files, views
+
+app_name = "api"
+urlpatterns = [
+    path("sandboxes/", views.SandboxListView.as_view(), name="sandboxes"),
+    path("sandboxes/<str:sandbox_id>/", views.SandboxDetailView.as_view(), name="sandbox"),
+    path("sandboxes/<str:sandbox_id>/commands/", views.CommandListView.as_view(), name="commands"),
+    path(
+        "sandboxes/<str:sandbox_id>/background/",
+        views.BackgroundStartView.as_view(),
+        name="background",
+    ),
+    path(
+        "sandboxes/<str:sandbox_id>/background/<int:command_id>/",
+        views.BackgroundDetailView.as_view(),
+        name="background-command",
+    ),
+    path(
+        "sandboxes/<str:sandbox_id>/background/<int:command_id>/cancel/",
+        views.BackgroundCancelView.as_view(),
+        name="background-cancel",
+    ),
+    path("sandboxes/<str:sandbox_id>/run-tests/", views.RunTestsView.as_view(), name="run-tests"),
+    path("sandboxes/<str:sandbox_id>/files/", files.FilesView.as_view(), name="files"),
+    path(
+        "sandboxes/<str:sandbox_id>/files/download",
+        files.DownloadView.as_view(),
+        name="download",
+    ),
+    path("commands/<int:command_id>/", views.CommandDetailView.as_view(), name="command"),
+    path("run-once/", views.RunOnceView.as_view(), name="run-once"),
+    path("hosts/", views.HostListView.as_view(), name="hosts"),
+]
