@@ -80,6 +80,8 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                # `web` in templates: the team web pages' principal, role and teams.
+                "sandboxes.web.context.web",
             ],
         },
     },
@@ -113,7 +115,9 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
-LOGIN_URL = "/admin/login/"
+# The web pages' own files (stylesheet, vendored htmx), beside the apps' static directories.
+STATICFILES_DIRS = [BASE_DIR / "static"]
+LOGIN_URL = "/login/"
 
 LOGGING = {
     "version": 1,
@@ -138,19 +142,19 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     # Programs send an API key as a Bearer token; a signed-in browser uses its session.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "tenants.authentication.ApiKeyAuthentication",
+        "sandboxes.api.authentication.ApiKeyAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     # JSON with a size limit, and multipart for uploads (no form-encoded bodies: DRF would
     # read those whole, unlimited).
     "DEFAULT_PARSER_CLASSES": [
-        "sandboxes.api_parsers.LimitedJSONParser",
+        "sandboxes.api.parsers.LimitedJSONParser",
         "rest_framework.parsers.MultiPartParser",
     ],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
-    "EXCEPTION_HANDLER": "sandboxes.api.exception_handler",
+    "EXCEPTION_HANDLER": "sandboxes.api.base.exception_handler",
 }
 
 SPECTACULAR_SETTINGS = {
@@ -174,6 +178,8 @@ SANDHUB_OUTPUT_CAP_BYTES = env_int("SANDHUB_OUTPUT_CAP_BYTES", 1024 * 1024, mini
 SANDHUB_DEFAULT_TIMEOUT_SECONDS = env_int("SANDHUB_DEFAULT_TIMEOUT_SECONDS", 60, minimum=1)
 SANDHUB_MAX_TIMEOUT_SECONDS = env_int("SANDHUB_MAX_TIMEOUT_SECONDS", 3600, minimum=1)
 SANDHUB_MAX_TRANSFER_BYTES = env_int("SANDHUB_MAX_TRANSFER_BYTES", 100 * 1024 * 1024, minimum=1024)
+# How long a file link (a signed URL that downloads one file without a session) stays valid.
+SANDHUB_FILE_LINK_SECONDS = env_int("SANDHUB_FILE_LINK_SECONDS", 3600, minimum=60)
 # Housekeeping (sandboxes/housekeeping/): this deployment's name, labelled on every container
 # it makes (reconciliation touches only its own); how young a container reconciliation never
 # removes; the warm-pool size of images whose own size is 0.
@@ -189,10 +195,52 @@ INSTALLED_APPS += ["mcp_bridge"]
 SANDHUB_MCP_COMMAND_THREADS = env_int("SANDHUB_MCP_COMMAND_THREADS", 100, minimum=1)
 # REST bodies Django reads into memory (JSON, form fields) stay small; uploaded files over
 # FILE_UPLOAD_MAX_MEMORY_SIZE spill to a temporary file; a whole upload (multipart or raw) may
-# not exceed SANDHUB_MAX_TRANSFER_BYTES, checked before it is read.
+# not exceed SANDHUB_MAX_TRANSFER_BYTES, checked before it is read. Files go to the sandbox
+# as a spooled tar in chunks, so an upload costs the web process a few MB whatever its size.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("DATA_UPLOAD_MAX_MEMORY_SIZE", 4 * 1024 * 1024, minimum=1024)
 DATA_UPLOAD_MAX_NUMBER_FILES = 1000
-FILE_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
+FILE_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
+# A background job's log keeps its first and last this many bytes (the true size is counted).
+SANDHUB_JOB_LOG_KEEP_BYTES = env_int(
+    "SANDHUB_JOB_LOG_KEEP_BYTES", 4 * 1024 * 1024, minimum=64 * 1024
+)
+
+# Rate limits and lockouts (tenants/ratelimits.py). The counters live in a database cache
+# every process shares (`migrate` makes its table); the default cache is per process.
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "ratelimit": {
+        "BACKEND": "tenants.ratelimits.RateLimitCache",
+        "LOCATION": "sandhub_ratelimit",
+        # Culling past MAX_ENTRIES drops live entries too: keep it well above the traffic.
+        "OPTIONS": {"MAX_ENTRIES": 100_000},
+    },
+}
+RATELIMIT_USE_CACHE = "ratelimit"
+# Failed API-key authentications within the window, per key prefix and per source address,
+# before that prefix or address is locked out (even the right key) for the lockout.
+SANDHUB_AUTH_FAILURE_WINDOW_SECONDS = env_int("SANDHUB_AUTH_FAILURE_WINDOW_SECONDS", 300, minimum=1)
+SANDHUB_AUTH_FAILURES_PER_KEY = env_int("SANDHUB_AUTH_FAILURES_PER_KEY", 10, minimum=1)
+SANDHUB_AUTH_FAILURES_PER_ADDRESS = env_int("SANDHUB_AUTH_FAILURES_PER_ADDRESS", 30, minimum=1)
+SANDHUB_AUTH_LOCKOUT_SECONDS = env_int("SANDHUB_AUTH_LOCKOUT_SECONDS", 900, minimum=1)
+# Creations per action: (per API key, or per user without one; per source address; window s).
+SANDHUB_CREATION_LIMITS = {
+    "sandbox.create": (
+        env_int("SANDHUB_SANDBOX_CREATES_PER_KEY", 30, minimum=1),
+        env_int("SANDHUB_SANDBOX_CREATES_PER_ADDRESS", 60, minimum=1),
+        60,
+    ),
+    "apikey.create": (
+        env_int("SANDHUB_API_KEY_CREATES_PER_KEY", 20, minimum=1),
+        env_int("SANDHUB_API_KEY_CREATES_PER_ADDRESS", 60, minimum=1),
+        3600,
+    ),
+}
+# Never limited or locked out per address (per key they are): loopback, where a reverse proxy
+# on this machine without --proxy-headers makes every client look alike.
+SANDHUB_RATELIMIT_EXEMPT_ADDRESSES = env_list(
+    "SANDHUB_RATELIMIT_EXEMPT_ADDRESSES", ["127.0.0.1", "::1"]
+)
 
 # The tests run the web app in a thread and `manage.py mcp` in a subprocess against the test
 # database, so a SQLite test database must be a file: an in-memory one is private to one

@@ -6,10 +6,13 @@ history (one CommandExecution per command) and leaves one AuditLog row (the `aud
 decorator), and returns a plain result object (sandboxes/results.py). Another team's sandbox
 is "not found".
 
-Split by topic: sandboxes, commands, background (+ jobs), files, hosts (+ housekeeping runs);
-common.py holds what they all do the same way. Interfaces import from here only.
+Split by topic: sandboxes, lifetime, commands, background (+ jobs), files, archives, links,
+hosts (+ housekeeping runs), team, selection and workflows (run_tests, run_once);
+common.py holds what they all do the same way. Interfaces import this package and nothing
+below it (import-linter checks it).
 """
 
+from sandboxes.services.archives import open_archive_stream
 from sandboxes.services.background import (
     BACKGROUND_TAIL_BYTES,
     MAX_BACKGROUND_PER_SANDBOX,
@@ -29,6 +32,7 @@ from sandboxes.services.commands import (
 from sandboxes.services.common import decode_output
 from sandboxes.services.files import (
     READ_FILE_MAX_BYTES,
+    UploadSource,
     download_files,
     list_files,
     open_file_stream,
@@ -45,6 +49,8 @@ from sandboxes.services.hosts import (
     set_host_draining,
     sweep_expired_and_idle,
 )
+from sandboxes.services.lifetime import extend_sandbox, extendable_minutes, latest_expiry
+from sandboxes.services.links import FileLink, LinkedFile, create_file_link, open_file_link
 from sandboxes.services.sandboxes import (
     create_sandbox,
     delete_sandbox,
@@ -52,26 +58,37 @@ from sandboxes.services.sandboxes import (
     list_sandboxes,
     rename_sandbox,
 )
+from sandboxes.services.selection import get_active_sandbox, select_sandbox
+from sandboxes.services.workflows import run_once, run_tests
 
 __all__ = [
     "BACKGROUND_TAIL_BYTES",
     "MAX_BACKGROUND_PER_SANDBOX",
     "MAX_TAIL_LINES",
     "READ_FILE_MAX_BYTES",
+    "FileLink",
+    "LinkedFile",
     "background_tick",
     "cancel_background",
     "check_background",
+    "create_file_link",
     "create_sandbox",
     "decode_output",
     "delete_sandbox",
     "download_files",
+    "extend_sandbox",
+    "extendable_minutes",
+    "get_active_sandbox",
     "get_command",
     "get_sandbox",
     "install_packages",
+    "latest_expiry",
     "list_commands",
     "list_files",
     "list_hosts",
     "list_sandboxes",
+    "open_archive_stream",
+    "open_file_link",
     "open_file_stream",
     "probe_all_hosts",
     "probe_host",
@@ -80,10 +97,14 @@ __all__ = [
     "refill_warm_pools",
     "rename_sandbox",
     "run_command",
+    "run_once",
     "run_python",
+    "run_tests",
+    "select_sandbox",
     "set_host_draining",
     "start_background",
     "sweep_expired_and_idle",
+    "UploadSource",
     "upload_files",
     "write_file",
 ]

@@ -1,0 +1,135 @@
+"""Home: the team's sandboxes, the form that creates one, delete, and the team's quotas."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from sandboxes import services
+from sandboxes.errors import PermissionDenied, ServiceError
+from sandboxes.services.team import TeamUsage, team_usage
+from sandboxes.web.common import attach_error, refused
+from sandboxes.web.forms import CreateSandboxForm
+from sandboxes.web.principal import principal_for, team_required
+
+# A create refusal naming one of these words is shown next to that field.
+CREATE_FIELDS = {
+    "image": "image",
+    "cpus": "cpus",
+    "memory": "memory_mb",
+    "disk": "disk_mb",
+    "lifetime": "lifetime_minutes",
+    "minutes": "lifetime_minutes",
+    "network": "network",
+    "name": "name",
+}
+
+
+@team_required
+@require_GET
+def home(request: HttpRequest) -> HttpResponse:
+    principal = principal_for(request)
+    try:
+        usage = team_usage(principal)
+    except ServiceError as exc:
+        return refused(request, exc)
+    return _page(request, usage, CreateSandboxForm(usage=usage))
+
+
+@team_required
+@require_POST
+def create(request: HttpRequest) -> HttpResponse:
+    principal = principal_for(request)
+    try:
+        usage = team_usage(principal)
+    except ServiceError as exc:
+        return refused(request, exc)
+    form = CreateSandboxForm(request.POST, usage=usage)
+    status = 400
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            info = services.create_sandbox(
+                principal,
+                image=data["image"],
+                name=data["name"],
+                cpus=data["cpus"],
+                memory_mb=data["memory_mb"],
+                disk_mb=data["disk_mb"],
+                lifetime_minutes=data["lifetime_minutes"],
+                # No network field when the team may not: the team's default (off).
+                network=data["network"] if "network" in form.fields else None,
+            )
+        except PermissionDenied as exc:
+            return refused(request, exc)  # a viewer has no form to show the message on
+        except ServiceError as exc:
+            attach_error(form, exc, CREATE_FIELDS)
+            status = exc.http_status
+        else:
+            messages.success(request, f"Sandbox {info.name or info.id} is {info.status}.")
+            return redirect("web:home")
+    return _page(request, usage, form, status=status)
+
+
+@team_required
+@require_POST
+def delete(request: HttpRequest, sandbox_id: str) -> HttpResponse:
+    try:
+        info = services.delete_sandbox(principal_for(request), sandbox_id)
+    except ServiceError as exc:
+        return refused(request, exc)
+    messages.success(request, f"Sandbox {info.name or info.id} was deleted.")
+    return redirect("web:home")
+
+
+def _page(
+    request: HttpRequest, usage: TeamUsage, form: CreateSandboxForm, status: int = 200
+) -> HttpResponse:
+    try:
+        sandboxes = services.list_sandboxes(principal_for(request))
+    except ServiceError as exc:
+        return refused(request, exc)
+    context = {
+        "sandboxes": sandboxes,
+        "usage": usage,
+        "form": form,
+        "quotas": _quotas(usage),
+    }
+    return render(request, "web/home.html", context, status=status)
+
+
+def _quotas(usage: TeamUsage) -> list[dict[str, object]]:
+    """Bars: running sandboxes against the team's limit; CPUs, memory and disk of the live
+    sandboxes against what the limit allows at most (every sandbox at its maximum)."""
+    most = usage.max_running
+    rows = [
+        ("Running sandboxes", usage.running, most, f"{usage.running} of {most}"),
+        (
+            "CPUs",
+            usage.cpus_in_use,
+            most * usage.max_cpus_per_sandbox,
+            f"{usage.cpus_in_use:g} (at most {usage.max_cpus_per_sandbox:g} per sandbox)",
+        ),
+        (
+            "Memory",
+            usage.memory_mb_in_use,
+            most * usage.max_memory_mb_per_sandbox,
+            f"{usage.memory_mb_in_use} MB (at most {usage.max_memory_mb_per_sandbox} MB each)",
+        ),
+        (
+            "Disk",
+            usage.disk_mb_in_use,
+            most * usage.max_disk_mb_per_sandbox,
+            f"{usage.disk_mb_in_use} MB (at most {usage.max_disk_mb_per_sandbox} MB each)",
+        ),
+    ]
+    return [
+        {"label": label, "text": text, "percent": _percent(used, limit)}
+        for label, used, limit, text in rows
+    ]
+
+
+def _percent(used: float, limit: float) -> int:
+    return 0 if limit <= 0 else max(0, min(100, round(100 * used / limit)))

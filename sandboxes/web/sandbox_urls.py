@@ -1,0 +1,34 @@
+"""URLs of the sandbox page, its files, jobs and command history, and of file links.
+
+Included by sandboxes/web/urls.py into the "web" namespace, at the site root.
+"""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from sandboxes.web import files, jobs, links, sandbox, sandbox_run
+
+S = "sandboxes/<str:sandbox_id>/"
+
+urlpatterns = [
+    path(S, sandbox.page, name="sandbox"),
+    path(S + "extend/", sandbox.extend, name="sandbox-extend"),
+    path(S + "run/", sandbox_run.run, name="sandbox-run"),
+    path(S + "commands/", sandbox.history, name="sandbox-commands"),
+    path(S + "commands/<int:command_id>/", sandbox.command, name="sandbox-command"),
+    path(S + "files/", files.browse, name="sandbox-files"),
+    path(S + "files/view/", files.view, name="sandbox-file"),
+    path(S + "files/save/", files.save, name="sandbox-file-save"),
+    path(S + "files/new/", files.new, name="sandbox-file-new"),
+    path(S + "files/upload/", files.upload, name="sandbox-upload"),
+    path(S + "files/download/", files.download, name="sandbox-download"),
+    path(S + "files/archive/", files.archive, name="sandbox-archive"),
+    path(S + "files/link/", links.create, name="sandbox-file-link"),
+    path(S + "jobs/start/", jobs.start, name="sandbox-job-start"),
+    path(S + "jobs/<int:command_id>/", jobs.job, name="sandbox-job"),
+    path(S + "jobs/<int:command_id>/tail/", jobs.tail, name="sandbox-job-tail"),
+    path(S + "jobs/<int:command_id>/cancel/", jobs.cancel, name="sandbox-job-cancel"),
+    # A file link: downloads one file without a session (the token is the credential).
+    path("links/<str:token>/", links.open_link, name="file-link"),
+]

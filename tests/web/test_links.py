@@ -1,0 +1,194 @@
+"""File links: "copy link" gives a signed URL that downloads one file without a session,
+expires, is revoked with its sandbox, and is audited on every use."""
+
+from __future__ import annotations
+
+import re
+import time
+from unittest import mock
+
+import pytest
+from django.core import signing
+from django.test import Client
+from django.utils import timezone
+
+from sandboxes import services
+from sandboxes.errors import NotFound, PermissionDenied
+from sandboxes.results import UploadFile
+from tenants.models import AuditLog, Membership
+from tests.web.test_sandbox_page import read_stream
+
+pytestmark = pytest.mark.django_db
+
+CONTENT = bytes(range(256)) * 40  # binary: nothing may be decoded or re-encoded on the way
+
+
+@pytest.fixture
+def sandbox(fake_backend, as_alice) -> str:
+    info = services.create_sandbox(as_alice)
+    services.upload_files(as_alice, info.id, [UploadFile(path="out/data.bin", content=CONTENT)])
+    return info.id
+
+
+def make_link(client: Client, sandbox_id: str, path: str = "/workspace/out/data.bin") -> str:
+    """Press "Copy link" (the htmx POST) and read the URL from input.file-link."""
+    response = client.post(
+        f"/sandboxes/{sandbox_id}/files/link/", {"path": path}, HTTP_HX_REQUEST="true"
+    )
+    assert response.status_code == 200, response.content
+    found = re.search(r'<input class="file-link"[^>]* value="([^"]+)"', response.content.decode())
+    assert found, response.content
+    return found.group(1)
+
+
+def path_of(url: str) -> str:
+    assert url.startswith("http://testserver/links/")
+    return url.removeprefix("http://testserver")
+
+
+def opens(action: str = "files.link.open", outcome: str = "ok"):
+    return AuditLog.objects.filter(action=action, outcome=outcome)
+
+
+def test_the_copy_link_button_is_on_file_rows(login, alice, sandbox):
+    page = login(alice).get(f"/sandboxes/{sandbox}/?path=/workspace/out").content.decode()
+    row = re.search(
+        r'<tr class="file-row" data-path="/workspace/out/data.bin">(.*?)</tr>', page, re.S
+    )
+    assert row, page
+    assert 'class="download"' in row.group(1) and "copy-link" in row.group(1)
+
+
+def test_a_link_downloads_the_file_without_a_session(login, alice, sandbox, team_a):
+    url = make_link(login(alice), sandbox)
+    stranger = Client()  # no session at all
+    response = stranger.get(path_of(url))
+    assert response.status_code == 200
+    assert response["Content-Disposition"] == 'attachment; filename="data.bin"'
+    assert response["Cache-Control"] == "private, no-store"
+    assert read_stream(response) == CONTENT
+    assert "sessionid" not in response.cookies
+    row = opens().get()
+    assert row.actor is None and row.team == team_a and row.channel == "web"
+    assert row.target_id == sandbox and row.details["path"] == "/workspace/out/data.bin"
+    assert row.details["created_by"] == "alice" and row.details["link_id"]
+    created = AuditLog.objects.get(action="files.link.create")
+    assert created.actor == alice and created.details["link_id"] == row.details["link_id"]
+    # One row per use: the download itself leaves no second row.
+    assert not AuditLog.objects.filter(action="files.stream").exists()
+
+
+def test_every_use_is_audited(login, alice, sandbox):
+    url = path_of(make_link(login(alice), sandbox))
+    for _ in range(3):
+        assert read_stream(Client().get(url)) == CONTENT
+    assert opens().count() == 3
+    assert len({row.details["link_id"] for row in opens()}) == 1
+
+
+def test_an_expired_link_is_not_found(login, alice, sandbox, settings):
+    # Made two hours ago, as the signer's clock saw it; links last an hour by default.
+    hours_ago = signing.b62_encode(int(time.time()) - 7200)
+    with mock.patch.object(signing.TimestampSigner, "timestamp", lambda self: hours_ago):
+        url = path_of(make_link(login(alice), sandbox))
+    response = Client().get(url)
+    assert response.status_code == 404
+    assert b"invalid or has expired" in response.content and CONTENT[:64] not in response.content
+    assert opens(outcome="not_found").count() == 1
+    settings.SANDHUB_FILE_LINK_SECONDS = 3 * 3600  # the setting decides, when the link is used
+    assert Client().get(url).status_code == 200
+
+
+@pytest.mark.parametrize("where", ["payload", "signature", "timestamp"])
+def test_a_tampered_link_is_not_found(login, alice, sandbox, where):
+    url = path_of(make_link(login(alice), sandbox))
+    token = url.removeprefix("/links/").rstrip("/")
+    payload, stamp, signature = token.rsplit(":", 2)
+    flip = {"A": "B"}
+    if where == "payload":
+        payload = payload[:-1] + ("A" if payload[-1] != "A" else "B")
+    elif where == "signature":
+        signature = signature[:-1] + ("A" if signature[-1] != "A" else "B")
+    else:
+        stamp = stamp[:-1] + flip.get(stamp[-1], "A")
+    response = Client().get(f"/links/{payload}:{stamp}:{signature}/")
+    assert response.status_code == 404
+    assert b"This link does not work" in response.content
+
+
+def test_a_link_to_another_path_cannot_be_forged(login, alice, sandbox, as_alice):
+    services.write_file(as_alice, sandbox, "secret.txt", "no")
+    url = path_of(make_link(login(alice), sandbox))
+    token = url.removeprefix("/links/").rstrip("/")
+    value = signing.TimestampSigner(salt="sandhub.file-link").unsign_object(token)
+    forged = signing.TimestampSigner(salt="another-salt").sign_object(
+        {**value, "p": "/workspace/secret.txt"}, compress=True
+    )
+    assert Client().get(f"/links/{forged}/").status_code == 404
+
+
+def test_garbage_is_not_found(client, fake_backend):
+    for token in ["x", "a:b:c", "." * 300, "%00"]:
+        assert client.get(f"/links/{token}/").status_code == 404
+
+
+def test_deleting_the_sandbox_revokes_its_links(login, alice, sandbox, as_alice):
+    url = path_of(make_link(login(alice), sandbox))
+    assert Client().get(url).status_code == 200
+    services.delete_sandbox(as_alice, sandbox)
+    response = Client().get(url)
+    assert response.status_code == 404
+    assert opens(outcome="not_found").count() == 1
+
+
+def test_a_creator_who_left_the_team_takes_his_links_with_him(login, mallory, sandbox):
+    url = path_of(make_link(login(mallory), sandbox))
+    Membership.objects.filter(user=mallory).delete()
+    assert Client().get(url).status_code == 404
+
+
+def test_a_viewer_may_not_make_links(login, victor, sandbox, as_victor):
+    client = login(victor)
+    page = client.get(f"/sandboxes/{sandbox}/?path=/workspace/out").content.decode()
+    assert "copy-link" not in page
+    response = client.post(f"/sandboxes/{sandbox}/files/link/", {"path": "out/data.bin"})
+    assert response.status_code == 403 and b"viewer may not" in response.content
+    assert b"file-link" not in response.content.replace(b"link-error", b"")
+    with pytest.raises(PermissionDenied):
+        services.create_file_link(as_victor, sandbox, "/workspace/out/data.bin")
+
+
+def test_another_team_cannot_make_links(login, bob, sandbox, as_bob):
+    response = login(bob).post(f"/sandboxes/{sandbox}/files/link/", {"path": "out/data.bin"})
+    assert response.status_code == 404
+    with pytest.raises(NotFound):
+        services.create_file_link(as_bob, sandbox, "/workspace/out/data.bin")
+
+
+@pytest.mark.parametrize(
+    "path, status, message",
+    [
+        ("/workspace/out", 400, b"not a regular file"),
+        ("/workspace/nope.txt", 404, b"not found"),
+        ("", 400, b"non-empty"),
+    ],
+)
+def test_only_an_existing_file_gets_a_link(login, alice, sandbox, path, status, message):
+    response = login(alice).post(f"/sandboxes/{sandbox}/files/link/", {"path": path})
+    assert response.status_code == status
+    assert message in response.content and b'class="file-link"' not in response.content
+    assert not AuditLog.objects.filter(action="files.link.create", outcome="ok").exists()
+
+
+def test_making_a_link_needs_the_csrf_token(login, alice, sandbox):
+    client = login(alice, csrf=True)
+    response = client.post(f"/sandboxes/{sandbox}/files/link/", {"path": "out/data.bin"})
+    assert response.status_code == 403
+    assert not AuditLog.objects.filter(action="files.link.create").exists()
+
+
+def test_the_link_lives_as_long_as_the_setting_says(sandbox, settings, as_alice):
+    settings.SANDHUB_FILE_LINK_SECONDS = 600
+    link = services.create_file_link(as_alice, sandbox, "out/data.bin")
+    left = (link.expires_at - timezone.now()).total_seconds()
+    assert 590 < left <= 600
