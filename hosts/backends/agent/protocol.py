@@ -1,0 +1,154 @@
+"""The wire protocol between the platform (client.py) and the sandbox agent (sandbox/).
+
+The agent is sent into the sandbox as one self-contained program (source.py bundles it), so
+it cannot import this module: it carries its own copy of the constants below
+(sandbox/wire.py), and tests/test_agent_protocol.py checks that the two copies agree.
+
+Start. The backend runs `python3 -I -u -c BOOTSTRAP` as the sandbox user with stdin and stdout
+attached (Docker: one exec). The bootstrap reads a 4-byte big-endian length and that many
+bytes of agent source from stdin, and runs it. The agent answers with a HELLO frame; from
+then on both directions carry frames only. stderr is for diagnostics (a traceback if the
+agent dies), never frames.
+
+Frame: a 9-byte header `!IIB` (payload length, request id, type) and the payload. A payload
+is at most MAX_PAYLOAD bytes; a longer length is a broken stream. Request ids are chosen by
+the client, unique among its requests in flight, never 0 (id 0 is the agent itself).
+
+Types (C: client to agent, A: agent to client):
+- REQUEST  C  JSON {"op": ..., ...}: opens request `id`.
+- DATA     C/A  one channel byte + raw bytes (binary-safe).
+- EOF      C  one channel byte: no more DATA on that channel (stdin, file content).
+- CANCEL   C  empty: stop the request (a command is killed, then swept).
+- RESULT   A  JSON: the answer; ends the request.
+- ERROR    A  JSON {"kind": ERR_*, "message": ...}: the request failed; ends it. With id 0:
+              the agent could not go on (a malformed frame) and exits.
+- HELLO    A  id 0, JSON {"version", "pid", "python", "subreaper"}: the agent is ready.
+- CREDIT   A  4-byte count: the agent consumed that many inbound bytes of the request, so the
+              client may send that many more (at most WINDOW unacknowledged per request).
+
+Operations (REQUEST payloads) and their answers:
+- ping {} -> RESULT {"pid", "inflight"}: answered by the agent's main thread.
+- exec {"argv", "cwd", "env", "timeout", "kill_after", "cap", "live", "marker", "stdin": bool}
+      stdin true: DATA/EOF on CH_STDIN follow (else the command's stdin is /dev/null).
+      -> DATA CH_STDOUT/CH_STDERR while it runs (live output: `live` bytes a stream as they
+         come, then every 0.25 s the latest 4 KiB after a note of what was not shown; none
+         if `live` is 0), then the kept output: CH_*_HEAD (the first cap - cap//2 bytes)
+         and CH_*_TAIL (the last cap//2 bytes, if more came than fits the head), split as
+         base.HeadTailBuffer splits it,
+         -> RESULT {"exit_code", "timed_out", "cancelled", "stdout_bytes", "stderr_bytes",
+                    "duration", "swept"}.
+      A command that cannot start (no such program, bad cwd) is a RESULT with exit code 127
+      or 126 and the reason on stderr, as a shell would say; no process at all (pids or
+      memory limit full) is ERROR ERR_SPAWN.
+- kill_marked {"marker"} -> RESULT {"swept"}: every process carrying the marker is killed.
+- kill_agent {"pid"} -> RESULT {"killed"}: SIGKILL to another agent of the sandbox (one its
+      platform gave up on), if that pid is an agent.
+- read {"path", "offset", "length"} -> DATA CH_FILE chunks, RESULT {"size", "length"}
+- write {"path", "mode", "root"} + DATA/EOF on CH_STDIN -> RESULT {"size"}: atomic (temp
+      file and rename) under `root`, creating missing directories; never through a link.
+- list {"path"} -> DATA CH_ENTRIES (JSON lists of [name, path, kind, size, mtime, mode]),
+      RESULT {"count"}. Names that are not UTF-8 travel as surrogate escapes.
+- job_start {"job_id", "dir", "argv", "env"} -> RESULT {"pid"}: argv (the job runner) starts
+      detached in a session of its own, stdin /dev/null, stdout and stderr to DIR/log.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+VERSION = 1
+HEADER = struct.Struct("!IIB")
+MAX_PAYLOAD = 1024 * 1024
+CHUNK = 256 * 1024  # data frames are cut to this size
+WINDOW = 1024 * 1024  # inbound bytes a client may send ahead of the agent's CREDIT
+
+REQUEST = 1
+DATA = 2
+EOF = 3
+CANCEL = 4
+RESULT = 5
+ERROR = 6
+HELLO = 7
+CREDIT = 8
+
+CH_STDIN = 0
+CH_STDOUT = 1
+CH_STDERR = 2
+CH_STDOUT_HEAD = 3
+CH_STDOUT_TAIL = 4
+CH_STDERR_HEAD = 5
+CH_STDERR_TAIL = 6
+CH_FILE = 7
+CH_ENTRIES = 8
+
+ERR_INVALID = "invalid"  # a malformed request: a bug on the client's side
+ERR_SPAWN = "spawn"  # no new process (or thread) could be made: pids or memory limit full
+ERR_NOT_FOUND = "not_found"
+ERR_PERMISSION = "permission"
+ERR_NOT_A_DIRECTORY = "not_a_directory"
+ERR_EXISTS = "exists"
+ERR_NOT_A_FILE = "not_a_file"
+ERR_TOO_LARGE = "too_large"
+ERR_INTERNAL = "internal"
+
+MARKER_ENV = "SANDHUB_EXEC_ID"  # as the per-command exec path's wrapper sets it
+JOB_ENV = "SANDHUB_JOB_ID"
+
+# python3 -c BOOTSTRAP: reads the agent's source (length-prefixed) from fd 0 with os.read, so
+# no buffered reader takes frames that follow, and runs it as __sandhub_agent__. Short, and
+# named on its first line: `ps` in the sandbox shows it as the agent's command line.
+BOOTSTRAP = (
+    "# sandhub agent: its source comes on stdin\n"
+    "import os\n"
+    "def r(n):\n"
+    " b = b''\n"
+    " while len(b) < n:\n"
+    "  c = os.read(0, n - len(b))\n"
+    "  if not c: raise SystemExit(3)\n"
+    "  b += c\n"
+    " return b\n"
+    "exec(compile(r(int.from_bytes(r(4), 'big')), 'sandhub-agent', 'exec'), "
+    "{'__name__': '__sandhub_agent__'})\n"
+)
+
+
+def frame(request_id: int, kind: int, payload: bytes = b"") -> bytes:
+    if len(payload) > MAX_PAYLOAD:
+        raise ValueError(f"frame payload of {len(payload)} bytes is over {MAX_PAYLOAD}")
+    return HEADER.pack(len(payload), request_id, kind) + payload
+
+
+def control(request_id: int, kind: int, body: dict[str, Any]) -> bytes:
+    return frame(request_id, kind, json.dumps(body, separators=(",", ":")).encode())
+
+
+def data(request_id: int, channel: int, chunk: bytes) -> bytes:
+    return frame(request_id, DATA, bytes((channel,)) + chunk)
+
+
+class FrameReader:
+    """Cuts a byte stream into (request id, type, payload) frames, however it was split."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, chunk: bytes) -> list[tuple[int, int, bytes]]:
+        self._buffer += chunk
+        frames = []
+        size = HEADER.size
+        while len(self._buffer) >= size:
+            length, request_id, kind = HEADER.unpack_from(self._buffer)
+            if length > MAX_PAYLOAD:
+                raise ValueError(f"frame of {length} bytes announced: the stream is corrupt")
+            if len(self._buffer) < size + length:
+                break
+            frames.append((request_id, kind, bytes(self._buffer[size : size + length])))
+            # Deleting from the front of a bytearray is amortized O(1) in CPython.
+            del self._buffer[: size + length]
+        return frames
+
+    @property
+    def pending(self) -> int:
+        return len(self._buffer)

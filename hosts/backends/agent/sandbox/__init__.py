@@ -1,0 +1,18 @@
+"""The sandbox agent's own code: what runs inside a sandbox, serving one platform process.
+
+Standard library only, Python 3.8 and later: it runs on the sandbox image's python3. The
+modules here are sent into the sandbox as ONE source (hosts.backends.agent.source bundles
+them in the order of PARTS, dropping their relative imports of each other), so a module may
+only use names of the modules before it, and no two define the same top-level name
+(tests/test_agent_protocol.py checks both). They are also importable on the platform, for
+tests; nothing there runs at import.
+
+- wire:  the protocol constants (this side's copy of protocol.py), frames out, requests in
+         flight, the worker pool and the reaper of children;
+- procs: the fork-free /proc sweep, output kept head and tail;
+- command: one command: spawn in a session of its own, stream its output, timeout, cancel;
+- files: read, write (atomic), list, background job start, kill by marker;
+- main:  the agent itself: reads frames, dispatches requests, shuts down at end of input.
+"""
+
+PARTS = ("wire", "procs", "command", "files", "main")
