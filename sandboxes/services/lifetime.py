@@ -47,7 +47,7 @@ def extend_sandbox(principal: Principal, sandbox_id: str, minutes: int) -> Sandb
         # Locked: two extensions at once both count from the expiry the other one set, and
         # the sweeper's claim (a compare-and-set on the status) sees the new expiry or wins.
         locked = (
-            Sandbox.objects.select_for_update()
+            Sandbox.objects.select_for_update(of=("self",))
             .select_related("team", "owner", "host", "image")
             .get(pk=sandbox.pk)
         )
