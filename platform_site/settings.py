@@ -188,6 +188,11 @@ SANDHUB_ORPHAN_GRACE_SECONDS = env_int("SANDHUB_ORPHAN_GRACE_SECONDS", 600, mini
 SANDHUB_WARM_POOL_SIZE = env_int("SANDHUB_WARM_POOL_SIZE", 0, minimum=0)
 # Where loop-mounted /workspace filesystems (the per-sandbox disk limit) keep their images.
 SANDHUB_DISK_DIR = Path(env_str("SANDHUB_DISK_DIR", str(VAR_DIR / "disks")))
+# Commands, listings and background starts go through the sandbox agent (one long-lived exec
+# per sandbox) instead of one engine exec each; a host turns it off with the option agent: false.
+# Off by default this version: wired and tested, but the whole suite has not yet run with it
+# on, and the service layer's own row writes still dominate a command (issue 10, phase 3).
+SANDHUB_AGENT = env_bool("SANDHUB_AGENT", False)
 
 # --- Agents and programs: API keys, the MCP endpoint, the REST API ---------------------------
 INSTALLED_APPS += ["mcp_bridge"]

@@ -252,7 +252,8 @@ class ExecCall(Call):
         out = self._kept(_KEPT, int(body["stdout_bytes"]))
         err = self._kept(_KEPT_ERR, int(body["stderr_bytes"]))
         return ExecResult(
-            exit_code=body.get("exit_code"),
+            # Cut by the caller's own deadline: no exit code, as the per-command path says it.
+            exit_code=None if self.cut else body.get("exit_code"),
             stdout=out.getvalue(),
             stderr=err.getvalue(),
             stdout_bytes=out.total,

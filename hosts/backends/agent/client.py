@@ -146,6 +146,7 @@ class AgentClient:
         kill_after: float = KILL_AFTER,
         live_limit: int | None = None,
         marker: str | None = None,
+        grace: float | None = None,
     ) -> ExecCall:
         """Start argv in the sandbox; wait() on the answer. on_output(stream, chunk) is called
         from the reader thread as output comes (up to live_limit bytes a stream): it must
@@ -168,7 +169,9 @@ class AgentClient:
             "marker": marker,
             "stdin": stdin is not None,
         }
-        deadline = time.monotonic() + timeout + kill_after + CLIENT_GRACE
+        deadline = (
+            time.monotonic() + timeout + kill_after + (CLIENT_GRACE if grace is None else grace)
+        )
 
         def make(rid: int) -> ExecCall:
             return ExecCall(self, rid, output_cap, on_output, marker, deadline)

@@ -8,7 +8,10 @@ all sharing one Engine (the connection to the host's engine):
 - containers: create with the sandbox's isolation, status, destroy, list for reconciliation;
 - network:    a network of its own for a sandbox with network, fenced off by host rules;
 - disk:       a /workspace of the sandbox's disk size (loop-mounted ext4, local engine);
-- exec:       commands through the wrapper in `scripts`, output read from the exec stream;
+- agent_link: the sandbox agent (hosts/backends/agent/), one long-lived exec per sandbox that
+              runs commands, listings and background starts without an engine exec each;
+- exec:       commands through the wrapper in `scripts`, output read from the exec stream (the
+              path when the agent is off, or the image has no python3 to run it);
 - files:      tar archives in and out, directory listings;
 - background: detached jobs that outlive the caller;
 - probe:      health and committed load of the host, GPU use;
@@ -25,6 +28,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from typing import IO, TYPE_CHECKING, Any
 
+from django.conf import settings
+
 from hosts.backends.base import (
     BackendError,
     ExecResult,
@@ -37,11 +42,13 @@ from hosts.backends.base import (
     SandboxSpec,
     Unsupported,
 )
+from hosts.backends.docker import exec as per_command
+from hosts.backends.docker.agent_link import AgentLink, AgentUnavailable
 from hosts.backends.docker.background import Jobs
 from hosts.backends.docker.containers import Containers
 from hosts.backends.docker.disk import DEFAULT_DISK_MB
 from hosts.backends.docker.engine import Engine
-from hosts.backends.docker.exec import Commands
+from hosts.backends.docker.exec import MAX_STDIN_BYTES, Commands
 from hosts.backends.docker.files import Files
 from hosts.backends.docker.pool import Pool
 from hosts.backends.docker.probe import Prober
@@ -52,6 +59,8 @@ if TYPE_CHECKING:
 __all__ = ["DockerBackend"]
 
 logger = logging.getLogger(__name__)
+
+LIVE_ALL = 1 << 62  # live output budget a stream through the agent: no sampling
 
 
 class DockerBackend(SandboxBackend):
@@ -67,6 +76,7 @@ class DockerBackend(SandboxBackend):
         self.jobs = Jobs(self.commands)
         self.prober = Prober(self.engine)
         self.pool = Pool(self.engine, self.containers)
+        self.agents = AgentLink(self.engine)
 
     # The registry hands a cached backend the caller's fresh Host row (flags, options): kept on
     # the engine, every helper reads that one.
@@ -79,13 +89,25 @@ class DockerBackend(SandboxBackend):
         self.engine.host = host
 
     def close(self) -> None:
+        # The agents' streams first: they are hijacked connections of the engine's client.
+        self.agents.close()
         self.engine.close()
+
+    def _agent_on(self) -> bool:
+        """Whether commands go through the sandbox agent: the setting, then the host's option
+        (read on each call, so a changed Host row or setting applies at once)."""
+        if not getattr(settings, "SANDHUB_AGENT", True):
+            return False
+        return bool(self.host.options.get("agent", True))
 
     # --- lifecycle ---------------------------------------------------------------------------
     def provision(self, spec: SandboxSpec) -> dict[str, Any]:
         return self.containers.provision(spec)
 
     def destroy(self, state: dict[str, Any]) -> None:
+        # The agent dies with its container; forgetting it first spares its stream's reader
+        # a broken-stream round (and a lookup for a container that is going).
+        self.agents.forget(state)
         self.containers.destroy(state)
 
     def status(self, state: dict[str, Any]) -> str:
@@ -104,6 +126,31 @@ class DockerBackend(SandboxBackend):
         on_output: OutputCallback | None = None,
         stdin: bytes | None = None,
     ) -> ExecResult:
+        if self._agent_on():
+            # The per-command path's stdin limit (it passes stdin in the environment) holds
+            # here too, so a caller sees the same answer whichever path runs the command.
+            if stdin is not None and len(stdin) > MAX_STDIN_BYTES:
+                raise Unsupported(
+                    f"stdin of {len(stdin)} bytes is over the docker backend's "
+                    f"{MAX_STDIN_BYTES}-byte limit; upload a file and redirect from it instead"
+                )
+            try:
+                return self.agents.exec(
+                    state,
+                    argv,
+                    cwd=cwd,
+                    env=env,
+                    timeout=timeout,
+                    output_cap=output_cap,
+                    on_output=on_output,
+                    stdin=stdin,
+                    # Every byte live, as the per-command path streams it (the callers' pumps
+                    # keep what they show bounded), and the same caller's deadline.
+                    live_limit=LIVE_ALL,
+                    grace=per_command._CLIENT_GRACE,
+                )
+            except AgentUnavailable:
+                pass  # no python3 in the image: one engine exec per command, as before
         return self.commands.exec(
             state,
             argv,
@@ -125,6 +172,13 @@ class DockerBackend(SandboxBackend):
         job_id: str,
         timeout: float | None = None,
     ) -> dict[str, Any]:
+        if self._agent_on():
+            try:
+                return self.agents.start_background(
+                    state, argv, cwd=cwd, env=env, job_id=job_id, timeout=timeout
+                )
+            except AgentUnavailable:
+                pass
         return self.jobs.start_background(
             state, argv, cwd=cwd, env=env, job_id=job_id, timeout=timeout
         )
@@ -147,6 +201,11 @@ class DockerBackend(SandboxBackend):
         return self.files.get_files(state, path)
 
     def list_dir(self, state: dict[str, Any], path: str) -> list[FileEntry]:
+        if self._agent_on():
+            try:
+                return self.agents.list_dir(state, path)
+            except AgentUnavailable:
+                pass
         return self.files.list_dir(state, path)
 
     # --- host --------------------------------------------------------------------------------

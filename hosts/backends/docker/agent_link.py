@@ -257,8 +257,12 @@ class AgentLink:
         output_cap: int,
         on_output: OutputCallback | None = None,
         stdin: bytes | None = None,
+        live_limit: int | None = None,
+        grace: float | None = None,
     ) -> ExecResult:
-        """SandboxBackend.exec through the agent (never retried: the command may have run)."""
+        """SandboxBackend.exec through the agent (never retried: the command may have run).
+        live_limit and grace: as AgentClient.start_exec (live output a stream; the caller's
+        own deadline past timeout + kill_after)."""
         client = self.client(state)
         call: ExecCall | None = None
         try:
@@ -270,6 +274,8 @@ class AgentLink:
                 output_cap=output_cap,
                 on_output=on_output,
                 stdin=stdin,
+                live_limit=live_limit,
+                grace=grace,
             )
             result = call.wait()
         except AgentBroken:

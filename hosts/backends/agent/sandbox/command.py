@@ -161,6 +161,10 @@ class Command:
                 else:
                     feed.write()
             self.live.flush(time.monotonic())
+        if reason and settled is None:
+            # Stopped, and its pipes closed as soon as it died: the loop ended before its
+            # sweep, and what left the session with the marker (setsid cmd >file &) is alive.
+            swept = sweep(everything)
         feed.close()
         self.live.flush(time.monotonic(), force=True)
         if self.status is None:  # everything was killed, yet its status never came

@@ -1,0 +1,102 @@
+"""DockerBackend with the sandbox agent wired in (settings.SANDHUB_AGENT, host option `agent`).
+
+Real Docker engine, as tests/test_agent.py (whose fixtures these reuse). Engine execs are
+counted by wrapping the engine's APIClient.exec_create: with the agent on, a sandbox pays one
+(the agent's own) however many commands it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from hosts.backends.base import ExecResult
+from hosts.backends.docker import DockerBackend
+from tests.test_agent import backend, engine, no_python_image, sandbox  # noqa: F401
+from tests.test_docker_backend import make_spec
+
+pytestmark = pytest.mark.docker
+
+
+def run(backend: DockerBackend, state: dict[str, Any], script: str) -> ExecResult:  # noqa: F811
+    return backend.exec(
+        state, ["sh", "-c", script], cwd="/workspace", env={}, timeout=30, output_cap=4096
+    )
+
+
+@pytest.fixture
+def execs(backend: DockerBackend, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:  # noqa: F811
+    """The engine execs created from now on (their first argument each)."""
+    api = backend.engine.api()
+    created: list[str] = []
+    original = api.exec_create
+
+    def counting(container: str, cmd: Any, *args: Any, **kwargs: Any) -> Any:
+        created.append(cmd if isinstance(cmd, str) else cmd[0])
+        return original(container, cmd, *args, **kwargs)
+
+    monkeypatch.setattr(api, "exec_create", counting)
+    yield created
+
+
+@pytest.fixture
+def agent_on(settings: Any) -> None:
+    settings.SANDHUB_AGENT = True
+
+
+def test_second_command_starts_no_engine_exec(
+    backend: DockerBackend,  # noqa: F811
+    sandbox: dict[str, Any],  # noqa: F811
+    execs: list[str],
+    agent_on: None,
+) -> None:
+    assert run(backend, sandbox, "echo one").stdout == b"one\n"
+    started = len(execs)
+    assert started <= 1  # the agent's exec, if this sandbox had none yet
+    for number in range(5):
+        result = run(backend, sandbox, f"echo {number}")
+        assert result.exit_code == 0 and result.stdout == f"{number}\n".encode()
+    assert len(execs) == started
+    assert backend.list_dir(sandbox, "/workspace") is not None
+    assert len(execs) == started
+
+
+def test_an_image_without_python3_runs_commands_through_the_backend(
+    backend: DockerBackend,  # noqa: F811
+    no_python_image: str,  # noqa: F811
+    agent_on: None,
+) -> None:
+    state = backend.provision(make_spec(image_reference=no_python_image))
+    try:
+        for _ in range(2):
+            result = run(backend, state, "echo hi; echo err >&2; exit 3")
+            assert (result.exit_code, result.stdout, result.stderr) == (3, b"hi\n", b"err\n")
+    finally:
+        backend.destroy(state)
+
+
+def test_agent_off_uses_one_engine_exec_per_command(
+    backend: DockerBackend,  # noqa: F811
+    sandbox: dict[str, Any],  # noqa: F811
+    execs: list[str],
+    settings: Any,
+) -> None:
+    settings.SANDHUB_AGENT = False
+    for number in range(3):
+        assert run(backend, sandbox, f"echo {number}").stdout == f"{number}\n".encode()
+    assert execs == ["sh"] * 3
+
+
+def test_host_option_turns_the_agent_off(
+    backend: DockerBackend,  # noqa: F811
+    sandbox: dict[str, Any],  # noqa: F811
+    execs: list[str],
+    agent_on: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(backend.host, "options", {**backend.host.options, "agent": False})
+    assert run(backend, sandbox, "echo off").stdout == b"off\n"
+    assert run(backend, sandbox, "echo off").stdout == b"off\n"
+    assert execs == ["sh", "sh"]
