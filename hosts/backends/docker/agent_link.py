@@ -38,7 +38,7 @@ from hosts.backends.base import BackendError, ExecResult, FileEntry, OutputCallb
 from hosts.backends.docker.background import JOB_ID_RE, JOBS_DIR, log_keep_bytes
 from hosts.backends.docker.engine import Engine
 from hosts.backends.docker.jobscripts import RUNNER
-from hosts.backends.docker.names import SANDBOX_USER, container_ref
+from hosts.backends.docker.names import SANDBOX_USER, container_ref, names
 
 __all__ = ["AgentLink", "AgentUnavailable", "DockerTransport"]
 
@@ -208,8 +208,11 @@ class AgentLink:
             raise
 
     def forget(self, state: dict[str, Any]) -> None:
-        """Drop the sandbox's agent (it is being destroyed, or was replaced)."""
-        container = container_ref(state)
+        """Drop the sandbox's agent (it is being destroyed, or was replaced). A state with no
+        container (a lone volume, network or disk that reconciliation removes) has none."""
+        container, _ = names(state)
+        if not container:
+            return
         with self._lock:
             client = self._clients.pop(container, None)
             self._unavailable.pop(container, None)
