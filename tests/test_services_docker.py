@@ -3,11 +3,14 @@ sandbox, limits that hold, tenancy, and nothing left behind."""
 
 from __future__ import annotations
 
+import re
 import resource
 
 import docker
 import pytest
 
+from hosts.backends.docker.exec import Notice
+from hosts.backends.docker.scripts import NOTICE_PREFIX, NOTICE_START
 from sandboxes import services
 from sandboxes.errors import BackendFailure, InvalidInput, NotFound, QuotaExceeded
 from sandboxes.models import CommandExecution, Sandbox
@@ -92,12 +95,21 @@ def test_huge_output_is_capped_and_memory_stays_bounded(sandbox, as_alice):
     assert grown_mb < 25, f"platform memory grew by {grown_mb:.0f} MB"
 
 
+BOMB = "bomb() { bomb | bomb & }; bomb"
+
+
+@pytest.fixture(params=[False, True], ids=["per-command-exec", "agent"])
+def command_path(request, settings):
+    """Both ways a command reaches a Docker sandbox: one engine exec through the wrapper
+    (hosts/backends/docker/scripts.py), and the sandbox agent where the backend uses one."""
+    settings.SANDHUB_AGENT = request.param
+    return request.param
+
+
 def test_fork_bomb_and_memory_hog_are_contained(real_docker, as_alice, sandbox):
     neighbour = services.create_sandbox(as_alice, memory_mb=128)
     try:
-        bomb = services.run_command(
-            as_alice, sandbox.id, "bomb() { bomb | bomb & }; bomb", timeout=5
-        )
+        bomb = services.run_command(as_alice, sandbox.id, BOMB, timeout=5)
         assert bomb.status in {"failed", "timed_out", "succeeded"}
         hog = services.run_python(
             as_alice,
@@ -106,11 +118,84 @@ def test_fork_bomb_and_memory_hog_are_contained(real_docker, as_alice, sandbox):
             timeout=30,
         )
         assert hog.exit_code != 0 and "allocated" not in hog.stdout
+        # Killed by the OOM killer, so it did run: a hog that could not even start (the
+        # bomb still holding every pid) would pass the line above.
+        assert hog.exit_code == 137, (hog.exit_code, hog.stderr)
         assert services.run_command(as_alice, neighbour.id, "echo alive").stdout == "alive\n"
         after = services.run_command(as_alice, sandbox.id, "echo still here", timeout=20)
-        assert after.stdout == "still here\n"
+        assert after.stdout == "still here\n", (after.exit_code, after.stderr)
     finally:
         services.delete_sandbox(as_alice, neighbour.id)
+
+
+def test_a_fork_bomb_in_a_starved_sandbox_is_gone_when_the_call_returns(
+    real_docker, command_path, as_alice
+):
+    # With a tenth of a CPU, the bomb and the sweep that must end it share very little CPU:
+    # what a loaded CI host was to the test above, every time. The sweep killed the bomb in
+    # rounds, the bomb refilled every freed pid, the sweep gave up after 3 s and the exec came
+    # back "succeeded" (the engine ends the stream 2 s after the wrapper exits), with the bomb
+    # alive and the next command unable to fork: empty output.
+    starved = services.create_sandbox(as_alice, cpus=0.1, memory_mb=256)
+    try:
+        bomb = services.run_command(as_alice, starved.id, BOMB, timeout=5)
+        assert bomb.status in {"failed", "timed_out", "succeeded"}
+        after = services.run_command(
+            as_alice, starved.id, "echo still here; ps -e --no-headers | wc -l", timeout=20
+        )
+        assert after.stdout.startswith("still here\n"), (after.exit_code, after.stderr)
+        assert int(after.stdout.split()[-1]) < 10  # the bomb is gone, not merely quiet
+    finally:
+        services.delete_sandbox(as_alice, starved.id)
+
+
+# Started detached (own session, no environment, output elsewhere: none of a later command's
+# business), it takes every free pid and keeps taking those that come free.
+_FILLER = """
+import os, time
+while True:
+    try:
+        if os.fork() == 0:
+            os.execv("/bin/sleep", ["sleep", "600"])
+    except OSError:
+        open("/tmp/full", "w").close()
+        time.sleep(0.002)
+"""
+_START_FILLER = f"""
+import os, subprocess, sys, time
+subprocess.Popen([sys.executable, "-c", {_FILLER!r}], env={{}}, start_new_session=True,
+                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+while not os.path.exists("/tmp/full"):
+    time.sleep(0.01)
+print("full")
+"""
+
+
+def test_a_command_that_cannot_start_is_an_error_not_an_empty_success(
+    command_path, sandbox, as_alice
+):
+    # The wrapper forks to run the command; with no pid left it could not, and the call came
+    # back as an ordinary failed command with empty output and a shell's "Cannot fork".
+    assert services.run_python(as_alice, sandbox.id, _START_FILLER, timeout=60).stdout == "full\n"
+    refusal = "no new process could be created|could not start"
+    with pytest.raises(BackendFailure, match=refusal):
+        services.run_command(as_alice, sandbox.id, "echo still here", timeout=20)
+    row = CommandExecution.objects.filter(command="echo still here").get()
+    assert row.status == "error" and re.search(refusal, row.error_message)
+
+
+def test_the_wrappers_notice_is_found_however_the_stream_is_cut():
+    # The engine frames output as it pleases: the wrapper's line may come a byte at a time,
+    # after other output; a line with another exec's marker is not ours.
+    marker = "0123456789abcdef0123456789abcdef"
+    line = f"\n{NOTICE_PREFIX} {marker} {NOTICE_START}: the command could not start: no pid\n"
+    stream = b"noise" * 3000 + f"\n{NOTICE_PREFIX} {'f' * 32} start: not ours\n".encode()
+    stream += line.encode() + b"more noise"
+    for size in (1, 7, 4096, len(stream)):
+        notice = Notice(marker)
+        for at in range(0, len(stream), size):
+            notice.feed(stream[at : at + size])
+        assert (notice.kind, notice.reason) == ("start", "the command could not start: no pid")
 
 
 def test_undecodable_output_comes_back_faithfully(sandbox, as_alice):

@@ -2,10 +2,14 @@
 
 Commands run through a small POSIX sh wrapper (scripts.WRAPPER) that enforces the timeout
 inside the container with coreutils `timeout` and then sweeps up processes the command left
-behind: those still holding its output pipes, and after a timeout also every process carrying
-the exec's marker in its environment. The caller keeps its own deadline too: if the stream is
-still open `timeout + _KILL_AFTER + _CLIENT_GRACE` seconds after the start, it stops reading
-and kills every process carrying the marker from a second exec.
+behind: those still holding its output pipes, and after a timeout also its session and every
+process carrying the exec's marker in its environment. The wrapper returns once they are
+reaped; when it cannot start the command or stop what it left, it says so (a notice on
+stderr and scripts.WRAPPER_FAILED), and that is a BackendError here, never a result: the
+engine closes an exec's stream shortly after the wrapper exits, so a command whose leftovers
+outlived it would otherwise pass for one that ended well. The caller keeps its own deadline
+too: if the stream is still open `timeout + _KILL_AFTER + _CLIENT_GRACE` seconds after the
+start, it stops reading and kills every process carrying the marker from a second exec.
 
 Output is kept head and tail up to the caller's cap (HeadTailBuffer), however much comes.
 """
@@ -34,7 +38,14 @@ from hosts.backends.base import (
 )
 from hosts.backends.docker.engine import Engine
 from hosts.backends.docker.names import SANDBOX_USER, container_ref
-from hosts.backends.docker.scripts import KILL_MARKED, WRAPPER
+from hosts.backends.docker.scripts import (
+    KILL_MARKED,
+    NOTICE_PREFIX,
+    NOTICE_SWEEP,
+    SWEEP_LIMIT,
+    WRAPPER,
+    WRAPPER_FAILED,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +56,9 @@ STDIN_ENV = "SANDHUB_STDIN"
 MAX_STDIN_BYTES = 64 * 1024
 
 _KILL_AFTER = 2.0  # SIGTERM first; SIGKILL this long after, inside the container
-_CLIENT_GRACE = 3.0  # on top of timeout + _KILL_AFTER before the caller gives up on the stream
+# On top of timeout + _KILL_AFTER before the caller gives up on the stream: the wrapper's sweep
+# after a timeout may take up to SWEEP_LIMIT, and must be able to report on its own.
+_CLIENT_GRACE = SWEEP_LIMIT + 2.0
 _READ_SIZE = 64 * 1024
 INTERNAL_TIMEOUT = 30.0  # mkdir, listing, kill sweeps
 
@@ -104,13 +117,23 @@ class Commands:
             *argv,
         ]
         out, err = HeadTailBuffer(output_cap), HeadTailBuffer(output_cap)
+        notice = Notice(marker)
         started = time.monotonic()
         deadline = started + timeout + _KILL_AFTER + _CLIENT_GRACE
         exec_id, finished = self.run(
-            container, command, environment, deadline, out, err, on_output, marker
+            container, command, environment, deadline, out, err, on_output, marker, notice
         )
         duration = time.monotonic() - started
         exit_code = self.exit_code(exec_id, finished)
+        if notice.reason is not None and exit_code == WRAPPER_FAILED:
+            if notice.kind == NOTICE_SWEEP:
+                self._kill_marked(container, marker)
+            raise BackendError(notice.reason)
+        if finished and _engine_could_not_start(exit_code, out, err):
+            message = out.getvalue().decode("utf-8", "replace").strip()
+            raise BackendError(
+                f"the command could not start: the engine could not create its process ({message})"
+            )
         # `timeout` exits 124 (or 137 if SIGKILL was needed); a command may exit so itself,
         # e.g. 137 when the OOM killer hits it, but not after running for the whole timeout.
         timed_out = not finished or (exit_code in (124, 137) and duration >= timeout)
@@ -136,11 +159,12 @@ class Commands:
         err: HeadTailBuffer,
         on_output: OutputCallback | None,
         marker: str | None,
+        notice: Notice | None = None,
     ) -> tuple[str, bool]:
         """Start an exec and pump its output until EOF or the deadline.
 
         Returns (exec id, finished); finished is False when the deadline cut the stream, in
-        which case the marked processes have been killed.
+        which case the marked processes have been killed. stderr also goes to `notice`.
         """
         exec_id, stream = self.start(container, command, environment)
         buffers = {1: out, 2: err}
@@ -148,6 +172,8 @@ class Commands:
         try:
             for kind, chunk in stream.frames(lambda: deadline):
                 buffers.get(kind, err).write(chunk)
+                if notice is not None and kind != 1:
+                    notice.feed(chunk)
                 if on_output is not None:
                     on_output(names.get(kind, "stderr"), chunk)
             return exec_id, True
@@ -241,6 +267,52 @@ class Commands:
         if result.stdout_truncated:
             raise BackendError("the answer was too large")
         return result.exit_code, result.stdout, result.stderr.decode("utf-8", "replace").strip()
+
+
+def _engine_could_not_start(
+    exit_code: int | None, out: HeadTailBuffer, err: HeadTailBuffer
+) -> bool:
+    """The runtime failed to start the exec (e.g. it could not clone with the pids limit
+    used up): the engine then writes its error as the only output, and exit code 126."""
+    return (
+        exit_code == 126
+        and err.total == 0
+        and out.total < 1024
+        and out.getvalue().startswith(b"OCI runtime exec failed")
+    )
+
+
+class Notice:
+    """Finds the wrapper's own failure line in a command's stderr, as it streams past.
+
+    The line (scripts.WRAPPER_FAILED) is `\\n<prefix> <marker> <kind>: <reason>\\n`, written
+    at once; it is looked for in the stream rather than in the kept output, where a chatty
+    leftover process could push it out of the tail.
+    """
+
+    _LINE = 4096  # the wrapper's line is a few hundred bytes; a longer one is not its
+
+    def __init__(self, marker: str) -> None:
+        self._start = f"\n{NOTICE_PREFIX} {marker} ".encode()
+        self._pending = b""  # a possible start of the line, or the line so far
+        self.kind: str | None = None
+        self.reason: str | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        if self.reason is not None:
+            return
+        data = self._pending + chunk
+        at = data.find(self._start)
+        if at < 0:
+            self._pending = data[-(len(self._start) - 1) :]  # the line may start at the end
+            return
+        end = data.find(b"\n", at + len(self._start))
+        if end < 0:
+            self._pending = data[at : at + self._LINE]
+            return
+        line = data[at + len(self._start) : end].decode("utf-8", "replace")
+        kind, _, reason = line.partition(": ")
+        self.kind, self.reason = kind, reason
 
 
 class ExecStream:

@@ -1,10 +1,160 @@
 """The shell scripts every command runs inside: the exec wrapper and the kill sweep.
 
 Both are POSIX sh, run as `sh -c SCRIPT NAME ARGS...`, so nothing has to be in the image but
-a shell, coreutils and grep.
+a shell and coreutils (timeout, base64).
 """
 
 from __future__ import annotations
+
+# How the wrapper reports its own failures (the command could not start, or what it left
+# behind could not be stopped): this exit status, and on stderr one line
+# `\nsandhub-exec <marker> <kind>: <reason>\n`, written in one write() (under PIPE_BUF, so no
+# other writer's bytes land inside it). Neither alone tells the wrapper from a command that
+# exits 125, or prints such a line; the marker makes an accident impossible, and a command
+# that forges the line on purpose only turns its own result into an error.
+WRAPPER_FAILED = 125
+NOTICE_PREFIX = "sandhub-exec"
+NOTICE_START = "start"  # the command never ran
+NOTICE_SWEEP = "sweep"  # it ran; processes it left behind are still alive
+
+# The sweep, shared by the wrapper and KILL_MARKED: `sweep WHAT SPARE_CS` finds the
+# processes WHAT names, stops each one (SIGSTOP), and once a round finds none that is not
+# stopped yet, kills them all (SIGKILL) and waits until they are reaped. WHAT is
+# - output: what holds this shell's stdout or stderr pipe (the engine keeps the exec's stream
+#   open while anything does, for up to 2 s after this shell exits);
+# - all: those, everything in this shell's session, and every process carrying the marker
+#   $mark in its environment (that catches what left the session, e.g. with setsid);
+# - marked: only the processes carrying the marker.
+# It forks nothing (glob, `test`, read, builtin kill; dash exits on a failed fork), so it
+# works when a fork bomb has used up the pids limit, and it never sleeps (sleep would fork):
+# time comes from /proc/uptime. It returns 0 once a round is quiet, 1 if processes of ours
+# are still alive after _SWEEP_LIMIT_CS centiseconds; killed ones that are zombies by then
+# are left to their reaper (an image whose init does not reap would keep them forever).
+#
+# Why stop first: killed processes free their pids, and a fork bomb's other members (bash
+# retries a failed fork every 1-16 s) fill them again at once. Killing in rounds was a race
+# that the bomb won on a loaded host or in a sandbox with little CPU (the bomb and the sweep
+# share the sandbox's CPU): rounds took seconds, the sweep gave up with the bomb alive, the
+# engine ended the stream 2 s after the wrapper exited, and the exec came back with the
+# command's own status (0) while the bomb kept every pid, so that the next command could not
+# fork and came back empty. A stopped process forks nothing and frees nothing, and uses no
+# CPU; once all of them are stopped, killing them ends the bomb.
+#
+# A round is quiet only if it found no process of ours that was not stopped yet, no process
+# that is new since the previous listing had gone (or become a zombie) before it could be
+# looked at, and every process killed, and every zombie child of one, has been reaped. Each
+# condition closes a race:
+# - a listed process may fork and exit before it is tested; its child is in no listing yet.
+#   A process that was already listed in the previous round was tested there and stopped,
+#   if it was ours, so only a new one that is gone when tested can have passed the pipes on
+#   unseen. A spared process (below) is not stopped, so it is left out of the listing: if it
+#   is gone in the next round, that round is not quiet either;
+# - killed processes and their zombie children stay charged to the pids limit until reaped
+#   (tini, or their parent): the next exec could not fork if we returned earlier;
+# - `cmd >log &` holds the pipes from the fork until its redirection, a millisecond of CPU
+#   that under load may come late: in output mode, a holder that is running or runnable (R)
+#   or in uninterruptible sleep (D) and has had less than _SWEEP_SPARE_CPU_MS of CPU in all
+#   is spared, for up to SPARE_CS centiseconds. Counting its CPU rather than the time that
+#   passed keeps a starved child safe on a loaded host, and still stops soon a child that
+#   computes on with the pipes. A holder that is sleeping (S) or stopped is waiting on
+#   something else and is stopped at once. More than _SWEEP_SPARE_MAX holders in one round
+#   are no `cmd >log &` but a flood, which must not keep the CPU: sparing ends there.
+# Cost: dash's read takes one byte per system call, so a round reads no file of a process
+# unless it must (a holder is found by `test -ef`, a zombie by its missing /proc/PID/exe);
+# reading every /proc/PID/stat made a round over 256 processes cost ~180 ms of CPU.
+# The session is only used if this shell leads one (the engine makes each exec a session
+# leader); the fields of /proc/PID/stat are read after the command name's last ") ".
+_SWEEP_SPARE_CPU_MS = 100
+_SWEEP_SPARE_CS = 100
+_SWEEP_SPARE_MAX = 8
+_SWEEP_LIMIT_CS = 1000
+SWEEP_LIMIT = _SWEEP_LIMIT_CS / 100  # seconds; exec.py's own deadline leaves room for it
+_SWEEP = r"""
+clock() { read -r now _ < /proc/uptime; now=${now%.*}${now#*.}; }
+marked() {  # $1: /proc/PID. dash's read drops the NULs between variables, hence *...*
+    [ -n "$mark" ] || return 1
+    while read -r env || [ -n "$env" ]; do
+        case $env in *"SANDHUB_EXEC_ID=$mark"*) return 0 ;; esac
+    done 2>/dev/null < "$1/environ"
+    return 1
+}
+fields() {  # $1: /proc/PID -> state ppid session, from after the command name's last ") "
+    { read -r line < "$1/stat"; } 2>/dev/null || return 1
+    set -f; set -- ${line##*) }; set +f
+    state=$1 ppid=$2 session=$4
+}
+ours() {  # $1: /proc/PID of a process that still runs a program
+    case $what in
+    marked) marked "$1" ;;
+    *)
+        [ "$1/fd/1" -ef "/proc/$me/fd/1" ] || [ "$1/fd/2" -ef "/proc/$me/fd/2" ] || {
+            [ "$what" = all ] && { { fields "$1" && [ "$session" = "$sid" ]; } || marked "$1"; }
+        } ;;
+    esac
+}
+young() {  # $1: /proc/PID running or runnable (R) or in disk sleep (D), with little CPU yet
+    state=
+    while read -r key state _; do [ "$key" != State: ] || break; done 2>/dev/null < "$1/status"
+    case $state in R|D) ;; *) return 1 ;; esac
+    ran=0; { read -r ran _ < "$1/schedstat"; } 2>/dev/null
+    [ "$ran" -lt CPU_NS ]
+}
+sweep() {
+    what=$1; clock; spare=$((now + $2)) end=$((now + LIMIT_CS))
+    sid=; ! fields "/proc/$me" || [ "$session" != "$me" ] || sid=$me
+    listed= stopped= killed=
+    while :; do
+        cur= held= dying= grew= alive= found=0
+        for d in /proc/[0-9]*; do
+            p=${d#/proc/}
+            [ "$p" = "$me" ] && continue
+            case $killed in *" $p "*)
+                cur="$cur $p " dying="$dying $p "; [ ! -e "$d/exe" ] || alive=1; continue ;;
+            esac
+            case $stopped in *" $p "*) cur="$cur $p " held="$held $p " alive=1; continue ;; esac
+            if [ ! -e "$d/exe" ]; then
+                # Gone, exiting or a zombie. Ours if its parent is (reaped once that dies), or
+                # after a timeout if it is in our session (`timeout` killed it).
+                if ! fields "$d"; then
+                    case $listed in *" $p "*) ;; *) grew=1 ;; esac
+                    continue
+                fi
+                cur="$cur $p "
+                if case " $stopped$killed " in *" $ppid "*) ;; *) false ;; esac ||
+                    { [ "$what" = all ] && [ "$session" = "$sid" ]; }; then
+                    dying="$dying $p "; [ "$state" = Z ] || alive=1
+                else
+                    case $listed in *" $p "*) ;; *) grew=1 ;; esac
+                fi
+                continue
+            fi
+            ours "$d" || { cur="$cur $p "; continue; }
+            grew=1 alive=1 found=$((found + 1))
+            if [ "$now" -lt "$spare" ]; then
+                # A flood of them is no `cmd >log &`, and must not keep the CPU: spare no more.
+                if [ "$found" -gt SPARE_MAX ]; then spare=0
+                # Spared, and left out of the listing: it may fork and be gone next round.
+                elif young "$d"; then continue
+                fi
+            fi
+            kill -STOP "$p" 2>/dev/null; cur="$cur $p " held="$held $p "
+        done
+        stopped=$held killed=$dying
+        if [ -z "$grew" ]; then
+            # Nothing of ours can fork any more: kill what is stopped, then wait for the reaping.
+            [ -n "$stopped$killed" ] || return 0
+            for p in $stopped; do kill -KILL "$p" 2>/dev/null; done
+            killed="$killed$stopped" stopped=
+        fi
+        clock; [ "$now" -lt "$end" ] || { [ -z "$alive" ]; return; }
+        listed=$cur
+    done
+}
+notice() {  # $1 kind, $2 reason: the wrapper's own failure, for exec.py
+    printf '\nNOTICE %s %s: %s\n' "$mark" "$1" "$2" >&2
+    exit FAILED
+}
+"""
 
 # Runs every command: sh -c WRAPPER sandhub-exec CWD TIMEOUT KILL_AFTER ARGV...
 # - cd in here so a bad cwd is an ordinary failed command with a message, like in a shell;
@@ -14,107 +164,61 @@ from __future__ import annotations
 #   stream open (and the caller waiting) although the command is done. This needs no marker,
 #   so `env -i` does not escape it. Processes that redirected their output
 #   (`nohup server >log 2>&1 &`) keep running;
-# - after a timeout, every other process carrying this exec's marker is killed too (that
-#   catches what left the group, e.g. with setsid).
-#
-# The pipe sweep forks nothing (glob, `test -ef`, builtins only; dash exits on a failed fork),
-# so it works when a fork bomb has used up the pids limit. It lists /proc, tests each process,
-# and goes round again until a round is quiet: nothing held the pipes, every process that is
-# new since the previous listing could be looked at, no process was spared in the previous
-# round, and every process it killed has been reaped. Each condition closes a race seen under
-# load:
-# - a listed process may fork and exit before it is tested; its child is in no listing yet.
-#   A fork bomb's processes do just that, so "found nobody" alone ended the sweep while the
-#   bomb carried on in processes no round had listed. A process that was already listed in
-#   the previous round was tested there (and killed, if it held the pipes), so only a new
-#   one that is gone or exiting when tested can have passed the pipes on unseen;
-# - killed processes stay zombies, charged to the pids limit, until tini reaps them: exiting
-#   before that leaves the next exec unable to fork;
-# - `cmd >log &` holds the pipes from the fork until its redirection, a millisecond of CPU
-#   that under load may come late: a holder that is running or runnable (R) or in
-#   uninterruptible sleep (D) and has had less than _SWEEP_SPARE_CPU_MS of CPU in all is
-#   spared, for up to _SWEEP_SPARE_CS centiseconds after the command ended (not at all after
-#   a timeout). Counting its CPU rather than the time that passed keeps a starved child safe
-#   on a loaded host, and still kills soon a child that computes on with the pipes. A holder
-#   that is sleeping (S) or stopped is waiting on something else and is killed at once.
-# The sweep gives up after _SWEEP_LIMIT_CS centiseconds, within the caller's _CLIENT_GRACE
-# (exec.py).
-# Time comes from /proc/uptime (read, no fork); rounds do not sleep, as sleep would fork.
-_SWEEP_SPARE_CPU_MS = 100
-_SWEEP_SPARE_CS = 100
-_SWEEP_LIMIT_CS = 300
-WRAPPER = r"""
+# - after a timeout, everything else of the command is killed too: its session, and what
+#   carries this exec's marker (that catches what left the session, e.g. with setsid);
+# - the wrapper returns only once what it killed is reaped; if it cannot stop it, or cannot
+#   start the command at all (dash exits on a failed fork, running the EXIT trap), it says
+#   so with WRAPPER_FAILED and a notice rather than passing for the command's own status.
+WRAPPER = (
+    _SWEEP
+    + r"""
 cd "$1" || exit 126
 t=$2; k=$3; shift 3
 s=${SANDHUB_STDIN-}; unset SANDHUB_STDIN
+me=$$ mark=${SANDHUB_EXEC_ID-}
+why="the command could not start: no new process could be created in the sandbox"
+trap 'notice START "$why (its process or memory limit is used up)"' EXIT
 if [ -n "$s" ]; then
     printf %s "$s" | base64 -d | timeout -k "$k" "$t" "$@"
 else
     timeout -k "$k" "$t" "$@"
 fi
 rc=$?
-me=$$
-clock() { read -r now _ < /proc/uptime; now=${now%.*}${now#*.}; }
-sweep_pipes() {  # $1: centiseconds during which young running holders are spared
-    clock; spare=$((now + $1)) end=$((now + LIMIT))
-    listed= killed= spared=
-    while :; do
-        busy=$spared spared= cur= dead=
-        for d in /proc/[0-9]*; do
-            p=${d#/proc/}
-            [ "$p" = "$me" ] && continue
-            cur="$cur $p "
-            case $killed in *" $p "*) dead="$dead $p "; busy=1; continue ;; esac
-            if [ "$d/fd/1" -ef "/proc/$me/fd/1" ] || [ "$d/fd/2" -ef "/proc/$me/fd/2" ]; then
-                busy=1
-                if [ "$now" -lt "$spare" ]; then
-                    { read -r line < "$d/stat"; } 2>/dev/null || continue
-                    ran=0; { read -r ran _ < "$d/schedstat"; } 2>/dev/null
-                    state=${line##*) }
-                    case $state in
-                    [RD]*) [ "$ran" -ge CPU_NS ] || { spared=1; continue; } ;;
-                    esac
-                fi
-                kill -KILL "$p" 2>/dev/null; dead="$dead $p "
-            elif [ ! -r "$d/fd" ]; then
-                # Gone, exiting or a zombie by now: if it is new since the last listing, it
-                # may have been a holder that forked and exited between the listing and here.
-                case $listed in *" $p "*) ;; *) busy=1 ;; esac
-            fi
-        done
-        [ -n "$busy" ] || return 0
-        clock; [ "$now" -lt "$end" ] || return 1
-        listed=$cur killed=$dead
-    done
-}
+trap - EXIT
 case $rc in
-124|137)
-    sweep_pipes 0
-    for f in $(grep -lzxF "SANDHUB_EXEC_ID=$SANDHUB_EXEC_ID" /proc/[0-9]*/environ 2>/dev/null); do
-        p=${f#/proc/}; p=${p%/environ}
-        [ "$p" = "$me" ] || kill -KILL "$p" 2>/dev/null
-    done ;;
-*)
-    sweep_pipes SPARE ;;
-esac
+124|137) sweep all 0 ;;
+*) sweep output SPARE_CS ;;
+esac || notice SWEEP "the command ended (status $rc), but processes it left behind could \
+not be stopped within LIMIT_S s"
 exit $rc
 """
-WRAPPER = (
-    WRAPPER.replace("SPARE", str(_SWEEP_SPARE_CS))
-    .replace("LIMIT", str(_SWEEP_LIMIT_CS))
-    .replace("CPU_NS", str(_SWEEP_SPARE_CPU_MS * 1_000_000))
 )
 
-# Kills every process whose environment carries the marker given as $1, in rounds until none
-# is left (a fork bomb keeps making more).
-KILL_MARKED = r"""
-round=0
-while [ $round -lt 50 ]; do
-    round=$((round + 1))
-    pids=$(grep -lzxF "SANDHUB_EXEC_ID=$1" /proc/[0-9]*/environ 2>/dev/null) || break
-    for f in $pids; do
-        p=${f#/proc/}; kill -KILL "${p%/environ}" 2>/dev/null
-    done
-done
-exit 0
+# Kills every process whose environment carries the marker given as $1, and waits until
+# they are reaped (the caller's deadline passed with the command's stream still open).
+KILL_MARKED = (
+    _SWEEP
+    + r"""
+me=$$ mark=$1
+[ -n "$mark" ] || exit 2
+sweep marked 0
 """
+)
+
+
+def _fill(script: str) -> str:
+    return (
+        script.replace("SPARE_CS", str(_SWEEP_SPARE_CS))
+        .replace("LIMIT_CS", str(_SWEEP_LIMIT_CS))
+        .replace("LIMIT_S", f"{SWEEP_LIMIT:g}")
+        .replace("CPU_NS", str(_SWEEP_SPARE_CPU_MS * 1_000_000))
+        .replace("SPARE_MAX", str(_SWEEP_SPARE_MAX))
+        .replace("NOTICE", NOTICE_PREFIX)
+        .replace("FAILED", str(WRAPPER_FAILED))
+        .replace("START", NOTICE_START)
+        .replace("SWEEP", NOTICE_SWEEP)
+    )
+
+
+WRAPPER = _fill(WRAPPER)
+KILL_MARKED = _fill(KILL_MARKED)
