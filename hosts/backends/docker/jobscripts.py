@@ -130,7 +130,7 @@ keeper_done() {  # the keeper ends at the output's end of file; one that does no
 
 # The job itself: sh -c RUNNER sandhub-job DIR CWD LIMIT KEEP ARGV..., as session leader.
 # With KEEP > 0 its output goes through a fifo to the output keeper: `head` writes the first
-# KEEP bytes to `log` (it forks nothing: a fork bomb's messages still get there), then
+# KEEP bytes to `log` (unbuffered, so the log grows as the job prints), then
 # `split` writes the rest in parts of KEEP bytes, of which only the last two are kept (see
 # _KEEP_FILTER): a job's log takes at most 3 * KEEP bytes of disk, however much it prints.
 _RUN = r"""
@@ -145,7 +145,13 @@ trap : TERM
 if [ "$keep" -gt 0 ] && TOOLS mkfifo "$dir/out" 2>/dev/null && exec 9<>"$dir/out"; then
     {
         export TOOLS SHELL=/bin/sh
-        head -c "$keep" >>"$dir/log"
+        # GNU head writes through stdio: to a file, only when its buffer fills or it ends,
+        # so a running job's log would stay empty. stdbuf makes it write as it reads.
+        if command -v stdbuf >/dev/null; then
+            stdbuf -o0 head -c "$keep" >>"$dir/log"
+        else
+            head -c "$keep" >>"$dir/log"
+        fi
         exec split -a 12 -d -b "$keep" --filter='KEEP_FILTER' - "$dir/log."
     } <"$dir/out" >/dev/null 2>&1 9>&- &
     cap=$! out=$dir/out
