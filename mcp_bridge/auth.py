@@ -1,8 +1,9 @@
 """Authenticating MCP requests over HTTP: `Authorization: Bearer shk_...`, checked in the DB.
 
 FastMCP calls verify_token once per HTTP request (the endpoint is stateless); None answers
-401. The access token carries only the key's id: tools load the key afresh (identity.py), so
-a revoked key or a removed membership applies to the very next request.
+401. The access token carries only the key's id; the row read by the check, with the user's
+role, is handed to this request's tools (identity.checked_key), so one query checks a key.
+Every request is checked afresh: a revoked key or a removed membership applies to the next.
 
 A key prefix or address locked out after too many failures (tenants/ratelimits.py) is
 answered 429 with Retry-After instead: verify_token raises an AuthenticationError that the
@@ -60,6 +61,7 @@ class ApiKeyVerifier(TokenVerifier):
             raise key
         if key is None:
             return None
+        identity.checked_key.set(key)
         return AccessToken(
             # The SDK keeps the token on the request; it is never logged or sent back.
             token=token,

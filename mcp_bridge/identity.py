@@ -7,6 +7,7 @@ every call, so revoking it or removing the membership stops a running stdio serv
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from fastmcp.exceptions import ToolError
@@ -17,6 +18,11 @@ from tenants.models import ApiKey, Channel
 from tenants.principal import Principal
 
 _process_key: str | None = None  # set by `manage.py mcp` (stdio)
+
+# The key row auth.ApiKeyVerifier read for this HTTP request. The request's tools run in
+# tasks spawned inside it (the MCP SDK's stateless transport), which copy its context, as
+# they do for the SDK's own access token; a tool reads the row from here instead of again.
+checked_key: ContextVar[ApiKey | None] = ContextVar("sandhub_checked_key", default=None)
 
 NO_SANDBOX = (
     "no sandbox_id given and no sandbox is selected: pass sandbox_id, or call "
@@ -63,7 +69,7 @@ def caller() -> Caller:
     token = get_access_token()
     address = request_address()
     if token is not None:
-        key = _token_key(token.claims.get("api_key_id"))
+        key = _request_key(token.claims.get("api_key_id"))
         if key is None:
             raise ToolError(INVALID_KEY)
     elif _process_key is not None:
@@ -86,6 +92,14 @@ def known_key() -> ApiKey | None:
         return None
     prefix = _process_key.split("_")[1] if _process_key.count("_") >= 2 else ""
     return ApiKey.objects.select_related("user", "team").filter(prefix=prefix).first()
+
+
+def _request_key(key_id: int | None) -> ApiKey | None:
+    """The key this request was checked with (its row from the check), else read again."""
+    key = checked_key.get()
+    if key is not None and key.pk == key_id:
+        return key
+    return _token_key(key_id)
 
 
 def _token_key(key_id: int | None) -> ApiKey | None:

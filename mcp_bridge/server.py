@@ -6,6 +6,8 @@ it at /mcp/), over stdio without one (manage.py mcp authenticates its own key).
 
 from __future__ import annotations
 
+import logging
+
 from fastmcp import FastMCP
 from fastmcp.server.auth import AuthProvider
 
@@ -30,7 +32,15 @@ allows it. Errors say what to change.
 """
 
 
+# FastMCP logs every notification it sends a client on this logger, at the notification's
+# level: every line a command prints would be written to the platform's log (a tenant's
+# output where the operator reads) and, through rich, cost the event loop a few ms per
+# command. The notifications themselves still go out.
+_TO_CLIENT_LOGGER = "fastmcp.server.context.to_client"
+
+
 def build_server(auth: AuthProvider | None = None) -> FastMCP:
+    logging.getLogger(_TO_CLIENT_LOGGER).setLevel(logging.CRITICAL + 1)
     mcp = FastMCP(
         "Sandhub",
         instructions=INSTRUCTIONS,

@@ -24,6 +24,8 @@ def role_of(principal: Principal) -> str | None:
         return Role.OWNER
     if principal.user is None or not principal.user.is_active:
         return None
+    if principal.role is not None:
+        return principal.role
     membership = principal.membership()
     return membership.role if membership else None
 

@@ -24,6 +24,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from tenants import ratelimits
@@ -179,7 +180,13 @@ def authenticate(
         _refuse(ratelimits.Failure("malformed key", None, address, channel))
         return None
     prefix, secret = match.groups()
-    key = ApiKey.objects.select_related("user", "team").filter(prefix=prefix).first()
+    # One query: the key, its user and team, and whether the user is still a member.
+    key = (
+        ApiKey.objects.select_related("user", "team")
+        .annotate(member_role=_member_role())
+        .filter(prefix=prefix)
+        .first()
+    )
     # Hash even when there is no row, so timing does not tell which prefixes exist.
     expected = key.secret_hash if key else "0" * 64
     if not hmac.compare_digest(_hash(secret), expected) or key is None:
@@ -195,15 +202,28 @@ def authenticate(
     return key
 
 
+def _member_role() -> Subquery:
+    """The key's user's role in the key's team (NULL once the membership is gone)."""
+    memberships = Membership.objects.filter(
+        user_id=OuterRef("user_id"), team_id=OuterRef("team_id")
+    )
+    return Subquery(memberships.values("role")[:1])
+
+
 def refusal_reason(key: ApiKey) -> str | None:
-    """Why an existing key may not be used right now, or None."""
+    """Why an existing key may not be used right now, or None (membership from the
+    `member_role` annotation when the key was read with it)."""
     if key.revoked:
         return "revoked"
     if key.expires_at is not None and key.expires_at <= timezone.now():
         return "expired"
     if not key.user.is_active:
         return "user is inactive"
-    if not Membership.objects.filter(user_id=key.user_id, team_id=key.team_id).exists():
+    if hasattr(key, "member_role"):
+        member = key.member_role is not None
+    else:
+        member = Membership.objects.filter(user_id=key.user_id, team_id=key.team_id).exists()
+    if not member:
         return "user is no longer a member of the key's team"
     return None
 
@@ -248,6 +268,8 @@ def principal_for(key: ApiKey, channel: str, address: str | None = None) -> Prin
         source_address=clean_address(address),
         scopes=frozenset(key.scopes),
         extra={"api_key": key.prefix},
+        # Read with the key in this very request (authenticate): no second membership read.
+        role=getattr(key, "member_role", None),
     )
 
 

@@ -17,6 +17,9 @@ class Principal:
     # Scopes granted by the credential used (an API key); None means the user's full role.
     scopes: frozenset[str] | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    # The user's role in the team when it was read together with the credential in the same
+    # request (an API key's check reads it in the same query); None: read on use.
+    role: str | None = None
 
     @classmethod
     def system(cls, team: Team | None = None) -> Principal:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 
 from django.utils import timezone
 
@@ -64,8 +65,19 @@ def mark_lost(sandbox: Sandbox, message: str) -> None:
     sandbox.transition_if(SandboxStatus.LOST, message)
 
 
+# How stale last_activity_at may get: it only feeds the idle sweep, whose timeouts are
+# minutes, and writing it on every command was one of the few row writes a command costs.
+ACTIVITY_WRITE_INTERVAL = timedelta(seconds=5)
+
+
 def touch(sandbox: Sandbox) -> None:
-    Sandbox.objects.filter(pk=sandbox.pk).update(last_activity_at=timezone.now())
+    """Record activity, at most once every ACTIVITY_WRITE_INTERVAL (judged by the row as it
+    was read at the start of the call, so a busy sandbox costs one write every few seconds)."""
+    now = timezone.now()
+    if now - sandbox.last_activity_at < ACTIVITY_WRITE_INTERVAL:
+        return
+    Sandbox.objects.filter(pk=sandbox.pk).update(last_activity_at=now)
+    sandbox.last_activity_at = now
 
 
 def decode_output(data: bytes) -> str:
