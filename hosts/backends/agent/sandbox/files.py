@@ -204,7 +204,9 @@ def op_job_start(request: Request, reaper: Reaper, base_env: dict[str, str]) -> 
     try:
         os.makedirs(os.path.dirname(directory), exist_ok=True)
         os.mkdir(directory)
-        log = os.open(f"{directory}/log", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW)
+        log = os.open(
+            f"{directory}/log", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644
+        )
     except OSError as exc:
         raise refusal(exc, f"cannot create {directory}") from None
     try:
