@@ -181,12 +181,14 @@ def authenticate(
         return None
     prefix, secret = match.groups()
     # One query: the key, its user and team, and whether the user is still a member.
-    key = (
+    # The prefix is unique: no ordering to compile (.first() would add one).
+    found = (
         ApiKey.objects.select_related("user", "team")
         .annotate(member_role=_member_role())
         .filter(prefix=prefix)
-        .first()
+        .order_by()[:1]
     )
+    key = next(iter(found), None)
     # Hash even when there is no row, so timing does not tell which prefixes exist.
     expected = key.secret_hash if key else "0" * 64
     if not hmac.compare_digest(_hash(secret), expected) or key is None:

@@ -45,4 +45,5 @@ class Principal:
         """Read fresh on every call, so a lowered role or removed membership applies at once."""
         if self.user is None or self.team is None:
             return None
-        return Membership.objects.filter(user=self.user, team=self.team).first()
+        found = Membership.objects.filter(user=self.user, team=self.team).order_by()[:1]
+        return next(iter(found), None)  # unique: no ordering (.first() would compile one)
