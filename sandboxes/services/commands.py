@@ -161,6 +161,22 @@ def _status_of(result: ExecResult) -> str:
     return CommandStatus.SUCCEEDED if result.exit_code == 0 else CommandStatus.FAILED
 
 
+# What finishing a command changes: only these are written (not the command text again).
+_FINISHED_FIELDS = [
+    "status",
+    "exit_code",
+    "stdout",
+    "stderr",
+    "stdout_truncated",
+    "stderr_truncated",
+    "stdout_bytes",
+    "stderr_bytes",
+    "duration_seconds",
+    "finished_at",
+    "error_message",
+]
+
+
 def _finish_execution(execution: CommandExecution, result: ExecResult) -> None:
     execution.status = _status_of(result)
     execution.exit_code = result.exit_code
@@ -174,7 +190,7 @@ def _finish_execution(execution: CommandExecution, result: ExecResult) -> None:
     execution.finished_at = timezone.now()
     if result.timed_out:
         execution.error_message = f"timed out after {execution.timeout_seconds:g} s"
-    execution.save()
+    execution.save(update_fields=_FINISHED_FIELDS)
 
 
 def fail_execution(
