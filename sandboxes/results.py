@@ -105,6 +105,19 @@ class HostInfo(Result):
     details: dict[str, Any] = Field(default_factory=dict)
 
 
+class HostKeyInfo(Result):
+    """An SSH host's key: what it presents and what is pinned (confirmed by an admin)."""
+
+    host: str
+    key_type: str
+    fingerprint: str = Field(description="what the host presents, SHA256:...")
+    pinned: str = Field(description="the confirmed fingerprint; empty until one is confirmed")
+
+    @property
+    def confirmed(self) -> bool:
+        return bool(self.pinned) and self.pinned == self.fingerprint
+
+
 # --- commands --------------------------------------------------------------------------------
 
 
@@ -287,7 +300,10 @@ class TestReport(Result):
 class RunOnceResult(Result):
     sandbox_id: str = Field(description="the throwaway sandbox (deleted again)")
     result: CommandResult
-    deleted: bool = Field(description="false: deleting failed; it is cleaned up later")
+    deleted: bool = Field(
+        description="the sandbox is deleted (its container goes right after this answer); "
+        "false: deleting failed, it is cleaned up later"
+    )
 
 
 __all__ = [
@@ -297,6 +313,7 @@ __all__ = [
     "FileEntry",
     "FileStream",
     "HostInfo",
+    "HostKeyInfo",
     "Result",
     "RunOnceResult",
     "SandboxInfo",

@@ -104,6 +104,16 @@ def real_docker(settings, docker_host, image):
 
 
 @pytest.fixture(autouse=True)
+def removals_done():
+    """run_once removes its sandbox's container after answering: that work belongs to the
+    test that started it, not to the next one (which may reset the fake backend)."""
+    yield
+    from sandboxes.services import removal
+
+    assert removal.wait_for_removals(), "a sandbox removal was still running after 60 s"
+
+
+@pytest.fixture(autouse=True)
 def fast_password_hashing(settings):
     """Users are made in almost every test; the real hasher costs ~0.2 s each."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

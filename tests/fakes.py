@@ -56,7 +56,9 @@ class FakeBackend(SandboxBackend):
     def status(self, state: dict[str, Any]) -> str:
         return "running" if state.get("container_id") in self.sandboxes else "missing"
 
-    def exec(self, state, argv, *, cwd, env, timeout, output_cap, on_output=None, stdin=None):
+    def exec(
+        self, state, argv, *, cwd, env, timeout, output_cap, on_output=None, stdin=None, once=False
+    ):
         box = self._box(state)
         started = time.monotonic()
         out, err, code, timed_out = self._interpret(box, argv, env, timeout)

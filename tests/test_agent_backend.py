@@ -100,3 +100,39 @@ def test_host_option_turns_the_agent_off(
     assert run(backend, sandbox, "echo off").stdout == b"off\n"
     assert run(backend, sandbox, "echo off").stdout == b"off\n"
     assert execs == ["sh", "sh"]
+
+
+def test_a_one_off_command_starts_no_agent_but_uses_a_running_one(
+    backend: DockerBackend,  # noqa: F811
+    execs: list[str],
+    agent_on: None,
+) -> None:
+    # run_once: an agent would cost its start for one command. A sandbox that has one uses it.
+    state = backend.provision(make_spec())
+    try:
+        once = backend.exec(
+            state,
+            ["echo", "once"],
+            cwd="/workspace",
+            env={},
+            timeout=30,
+            output_cap=4096,
+            once=True,
+        )
+        assert (once.exit_code, once.stdout) == (0, b"once\n")
+        assert not backend.agents.running(state) and execs == ["sh"]  # the per-command wrapper
+        assert run(backend, state, "echo again").stdout == b"again\n"  # starts the agent
+        assert backend.agents.running(state)
+        started = len(execs)
+        again = backend.exec(
+            state,
+            ["echo", "once"],
+            cwd="/workspace",
+            env={},
+            timeout=30,
+            output_cap=4096,
+            once=True,
+        )
+        assert again.stdout == b"once\n" and len(execs) == started
+    finally:
+        backend.destroy(state)

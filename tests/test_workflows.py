@@ -11,7 +11,7 @@ from sandboxes import junit, services
 from sandboxes.errors import InvalidInput, NotFound, PermissionDenied
 from sandboxes.models import Sandbox, SandboxStatus
 from sandboxes.results import UploadFile
-from sandboxes.services import selection, workflows
+from sandboxes.services import removal, selection, workflows
 from tenants import apikeys
 from tenants.models import ApiKey, AuditLog, Channel
 from tests.fakes import FakeBackend
@@ -132,6 +132,7 @@ def test_run_once_creates_runs_deletes_with_one_audit_row(fake_backend, as_alice
     once = workflows.run_once(as_alice, "echo hi", files=[UploadFile("in/a.txt", b"x")])
     assert once.deleted and once.result.stdout == "hi\n" and once.result.ok
     assert Sandbox.objects.get(public_id=once.sandbox_id).status == SandboxStatus.DELETED
+    assert removal.wait_for_removals()  # the host's part runs after the answer
     assert fake_backend.sandboxes == {}
     rows = rows_since(start)
     assert [(r.action, r.outcome, r.target_id) for r in rows] == [
@@ -140,21 +141,42 @@ def test_run_once_creates_runs_deletes_with_one_audit_row(fake_backend, as_alice
     assert rows[0].details["deleted"] is True and rows[0].details["command"] == "echo hi"
 
 
-def test_run_once_says_when_the_sandbox_could_not_be_deleted(fake_backend, as_alice, monkeypatch):
+def test_run_once_leaves_a_removal_the_host_refuses_to_reconciliation(
+    fake_backend, as_alice, monkeypatch, caplog
+):
     def refuse(self, state):
         raise BackendError("engine says no")
 
     monkeypatch.setattr(FakeBackend, "destroy", refuse)
     start = last_id()
     once = workflows.run_once(as_alice, "echo hi")
+    assert once.deleted and once.result.stdout == "hi\n"
+    sandbox = Sandbox.objects.get(public_id=once.sandbox_id)
+    assert sandbox.status == SandboxStatus.DELETED and "background" in sandbox.status_message
+    assert removal.wait_for_removals()
+    # Still on the host, belonging to a deleted sandbox: an orphan for reconciliation.
+    assert len(fake_backend.sandboxes) == 1
+    assert "reconciliation will" in caplog.text and "engine says no" in caplog.text
+    (row,) = rows_since(start)
+    assert row.outcome == "ok" and row.details["deleted"] is True
+
+
+def test_run_once_says_when_the_sandbox_could_not_be_deleted(fake_backend, as_alice, monkeypatch):
+    def gone(principal, sandbox_id):
+        raise NotFound(f"sandbox {sandbox_id} not found")
+
+    monkeypatch.setattr(workflows, "delete_soon", gone)
+    start = last_id()
+    once = workflows.run_once(as_alice, "echo hi")
     assert not once.deleted and once.result.stdout == "hi\n"
     (row,) = rows_since(start)
-    assert row.outcome == "ok" and "engine says no" in row.details["delete_error"]
+    assert row.outcome == "ok" and "not found" in row.details["delete_error"]
 
 
 def test_run_once_deletes_the_sandbox_when_the_command_cannot_run(fake_backend, as_alice):
     with pytest.raises(InvalidInput):
         workflows.run_once(as_alice, "echo hi", files=[UploadFile("/etc/passwd", b"x")])
+    assert removal.wait_for_removals()
     assert fake_backend.sandboxes == {}
     assert not Sandbox.objects.exclude(status=SandboxStatus.DELETED).exists()
 

@@ -31,6 +31,23 @@ class Unsupported(BackendError):
     pass
 
 
+class HostKeyRejected(BackendError):
+    """The host presented a key that is not the pinned one, or none is pinned yet: nothing
+    was sent to it. `fingerprint` is what it presented (SHA256:...), for the admin to check."""
+
+    def __init__(self, message: str, *, key_type: str = "", fingerprint: str = "") -> None:
+        super().__init__(message)
+        self.key_type, self.fingerprint = key_type, fingerprint
+
+
+@dataclass(frozen=True)
+class HostKey:
+    """A host's public key as an admin confirms it: its type and OpenSSH SHA256 fingerprint."""
+
+    key_type: str
+    fingerprint: str
+
+
 @dataclass(frozen=True)
 class SandboxSpec:
     sandbox_id: str
@@ -44,6 +61,8 @@ class SandboxSpec:
     # Size of /workspace in MB, enforced where the backend can (docs/security.md); None: the
     # backend's default.
     disk_mb: int | None = None
+    # The host's GPU indices the sandbox gets (CUDA_VISIBLE_DEVICES); empty: none.
+    gpus: tuple[int, ...] = ()
 
 
 @dataclass
@@ -191,8 +210,12 @@ class SandboxBackend(abc.ABC):
         output_cap: int,
         on_output: OutputCallback | None = None,
         stdin: bytes | None = None,
+        once: bool = False,
     ) -> ExecResult:
-        """Run argv; kill it inside the sandbox after `timeout` seconds (timed_out=True)."""
+        """Run argv; kill it inside the sandbox after `timeout` seconds (timed_out=True).
+
+        once: the sandbox runs only this command before it goes (run_once), so a backend may
+        skip set-up that pays off only over many commands (Docker: starting the agent)."""
 
     # Background jobs run detached on the host (own session, output to a log file there, exit
     # code written to a file when they end), so they outlive the caller, the web process and
@@ -266,6 +289,10 @@ class SandboxBackend(abc.ABC):
     def probe_gpu(self) -> float | None:
         """GPU use in percent where the host can tell (e.g. nvidia-smi), else None."""
         return None
+
+    def fetch_host_key(self) -> HostKey:
+        """The key the host presents, read without logging in (for an admin to confirm)."""
+        raise Unsupported(f"a {self.kind} host has no host key to pin")
 
     # --- warm pool (optional: the defaults mean "no pool on this kind of host") -------------
     def provision_pool_member(self, spec: SandboxSpec) -> dict[str, Any]:

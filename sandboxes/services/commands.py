@@ -28,8 +28,11 @@ def run_command(
     timeout: float | None = None,
     output_cap: int | None = None,
     on_output: OutputCallback | None = None,
+    once: bool = False,
 ) -> CommandResult:
-    """Run a shell command (bash -c) and wait for it; a timeout kills it in the sandbox."""
+    """Run a shell command (bash -c) and wait for it; a timeout kills it in the sandbox.
+
+    once: the sandbox goes right after this command (run_once; see SandboxBackend.exec)."""
     command = validation.command(command)
     return _execute(
         principal,
@@ -42,6 +45,7 @@ def run_command(
         timeout=timeout,
         output_cap=output_cap,
         on_output=on_output,
+        once=once,
     )
 
 
@@ -115,6 +119,7 @@ def _execute(
     timeout: float | None = None,
     output_cap: int | None = None,
     on_output: OutputCallback | None = None,
+    once: bool = False,
 ) -> CommandResult:
     current().target("sandbox", sandbox_id)
     cwd = validation.path(cwd, "cwd")
@@ -145,6 +150,7 @@ def _execute(
             timeout=seconds,
             output_cap=cap,
             on_output=on_output,
+            once=once,
         )
     except BackendError as exc:
         fail_execution(execution, sandbox, exc, time.monotonic() - started)

@@ -19,7 +19,8 @@ from sandboxes.errors import InvalidInput, NotFound, ServiceError
 from sandboxes.results import RunOnceResult, TestReport, UploadFile
 from sandboxes.services.commands import run_command
 from sandboxes.services.files import read_file, upload_files
-from sandboxes.services.sandboxes import create_sandbox, delete_sandbox
+from sandboxes.services.removal import delete_soon
+from sandboxes.services.sandboxes import create_sandbox
 from sandboxes.validation import WORKSPACE
 from tenants.principal import Principal
 from tenants.ratelimits import rate_limited
@@ -116,7 +117,8 @@ def run_once(
     on_output: OutputCallback | None = None,
 ) -> RunOnceResult:
     """Create a fresh sandbox, write `files` into /workspace, run one command and delete the
-    sandbox again, whatever happened. A sandbox that could not be deleted is said so
+    sandbox again, whatever happened. The host removes its container right after the answer
+    (services/removal.py); a sandbox that could not even be marked deleted is said so
     (deleted false) and removed later by the cleanup task."""
     # run_once itself is rate limited as a creation: its step skips the second check.
     info = unaudited(unaudited(create_sandbox))(principal, image=image)
@@ -131,6 +133,7 @@ def run_once(
             timeout=timeout,
             output_cap=output_cap,
             on_output=on_output,
+            once=True,
         )
     finally:
         deleted = _delete(principal, info.id)
@@ -139,7 +142,7 @@ def run_once(
 
 def _delete(principal: Principal, sandbox_id: str) -> bool:
     try:
-        unaudited(delete_sandbox)(principal, sandbox_id)
+        delete_soon(principal, sandbox_id)
     except ServiceError as exc:
         current().details["delete_error"] = exc.message
         return False

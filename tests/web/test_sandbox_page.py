@@ -59,7 +59,9 @@ def files_of(sandbox_id: str) -> dict[str, bytes]:
 class SlowFake(FakeBackend):
     """The fake backend, plus a command `count` that prints 1, 2, 3 half a second apart."""
 
-    def exec(self, state, argv, *, cwd, env, timeout, output_cap, on_output=None, stdin=None):
+    def exec(
+        self, state, argv, *, cwd, env, timeout, output_cap, on_output=None, stdin=None, once=False
+    ):
         if argv[:2] != ["bash", "-c"] or argv[2] != "count":
             return super().exec(
                 state,
@@ -70,6 +72,7 @@ class SlowFake(FakeBackend):
                 output_cap=output_cap,
                 on_output=on_output,
                 stdin=stdin,
+                once=once,
             )
         started = time.monotonic()
         for number in (1, 2, 3):

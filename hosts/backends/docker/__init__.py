@@ -125,8 +125,11 @@ class DockerBackend(SandboxBackend):
         output_cap: int,
         on_output: OutputCallback | None = None,
         stdin: bytes | None = None,
+        once: bool = False,
     ) -> ExecResult:
-        if self._agent_on():
+        # A one-off command costs one engine exec; starting an agent for it costs that, a
+        # python3 start and a handshake, for nothing (unless one runs already).
+        if self._agent_on() and (not once or self.agents.running(state)):
             # The per-command path's stdin limit (it passes stdin in the environment) holds
             # here too, so a caller sees the same answer whichever path runs the command.
             if stdin is not None and len(stdin) > MAX_STDIN_BYTES:

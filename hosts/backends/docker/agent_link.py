@@ -142,6 +142,12 @@ class AgentLink:
         self._unavailable: dict[str, tuple[float, str]] = {}
 
     # --- clients -------------------------------------------------------------------------------
+    def running(self, state: dict[str, Any]) -> bool:
+        """Whether the sandbox has a live agent in this process already."""
+        with self._lock:
+            client = self._clients.get(container_ref(state))
+            return client is not None and client.alive
+
     def client(self, state: dict[str, Any]) -> AgentClient:
         """The sandbox's live agent, started if there is none. AgentUnavailable: the image
         cannot run it (use the per-command path); SandboxGone: the container is gone."""
