@@ -267,6 +267,13 @@ class AgentClient:
         body = {"op": "job_start", "job_id": job_id, "dir": directory, "argv": argv, "env": env}
         return int(self._call(body, lambda rid: Call(self, rid), timeout).body["pid"])
 
+    def cancel_job(
+        self, job_id: str, directory: str, sid: int | None, term: float, timeout: float
+    ) -> bool:
+        """Cancel a background job (SIGTERM, SIGKILL after `term` s); whether all is gone."""
+        body = {"op": "job_cancel", "job_id": job_id, "dir": directory, "sid": sid, "term": term}
+        return bool(self._call(body, lambda rid: Call(self, rid), timeout).body["done"])
+
     # --- calls ---------------------------------------------------------------------------------
     def _call(self, body: dict[str, Any], make: Callable[[int], Call], timeout: float) -> Call:
         call = self._open(body, make)

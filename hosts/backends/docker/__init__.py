@@ -192,6 +192,11 @@ class DockerBackend(SandboxBackend):
         return self.jobs.poll_background(state, job, tail_bytes)
 
     def cancel_background(self, state: dict[str, Any], job: dict[str, Any]) -> None:
+        if self._agent_on():
+            try:
+                return self.agents.cancel_background(state, job)
+            except AgentUnavailable:
+                pass
         self.jobs.cancel_background(state, job)
 
     # --- files -------------------------------------------------------------------------------

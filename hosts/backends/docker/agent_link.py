@@ -37,7 +37,7 @@ from hosts.backends.agent.protocol import BOOTSTRAP
 from hosts.backends.base import BackendError, ExecResult, FileEntry, OutputCallback, SandboxGone
 from hosts.backends.docker.background import JOB_ID_RE, JOBS_DIR, log_keep_bytes
 from hosts.backends.docker.engine import Engine
-from hosts.backends.docker.jobscripts import RUNNER
+from hosts.backends.docker.jobscripts import KILL_AFTER, RUNNER
 from hosts.backends.docker.names import SANDBOX_USER, container_ref, names
 
 __all__ = ["AgentLink", "AgentUnavailable", "DockerTransport"]
@@ -46,6 +46,8 @@ logger = logging.getLogger(__name__)
 
 UNAVAILABLE_FOR = 300.0  # seconds a sandbox found without python3 is not asked again
 _READ_SIZE = 64 * 1024
+# A cancel: SIGTERM, KILL_AFTER s of grace, then the sweep (up to its own 10 s limit).
+CANCEL_TIMEOUT = 30.0
 _STDERR_KEEP = 8192
 # What the engine says when the exec's program is missing (on the exec's stdout).
 _MISSING = ("executable file not found", "no such file or directory")
@@ -369,3 +371,15 @@ class AgentLink:
             "timeout": timeout,
             "log_keep": keep,
         }
+
+    def cancel_background(self, state: dict[str, Any], job: dict[str, Any]) -> None:
+        """As background.Jobs.cancel_background, from the running agent: an engine exec
+        cannot start while a fork bomb holds the sandbox's pids and memory."""
+        done = self._idempotent(
+            state,
+            lambda client: client.cancel_job(
+                job["job_id"], job["dir"], job.get("pid"), KILL_AFTER, CANCEL_TIMEOUT
+            ),
+        )
+        if not done:
+            raise BackendError(f"processes of job {job['job_id']} survive SIGKILL")

@@ -16,7 +16,7 @@ import subprocess
 import time
 from typing import Any
 
-from .procs import marked, signal_quietly, sweep
+from .procs import marked, proc_stat, signal_quietly, sweep
 from .wire import (
     CH_ENTRIES,
     CH_FILE,
@@ -237,6 +237,42 @@ def op_kill_marked(request: Request) -> dict[str, Any]:
         raise Refusal(ERR_INVALID, "the marker must be letters and digits")
     needle = f"\0{MARKER_ENV}={marker}\0".encode()
     return {"swept": sweep(lambda pid, info: marked(pid, needle))}
+
+
+def op_job_cancel(request: Request) -> dict[str, Any]:
+    """Cancel a background job as the per-command path's cancel script does (SIGTERM to its
+    session and its marked processes, SIGKILL for what is left after `term` seconds), from
+    this already running process: no new process is needed, so it works while the job, a
+    fork bomb say, holds every pid and all the memory (an engine exec cannot start then)."""
+    job_id, directory = str(request.args["job_id"]), str(request.args["dir"])
+    if not job_id.replace("-", "").isalnum():
+        raise Refusal(ERR_INVALID, "malformed job id")
+    session = int(request.args.get("sid") or 0)
+    needle = f"\0{JOB_ENV}={job_id}\0".encode()
+
+    def ours(pid: int, info: Any) -> bool:
+        return (session > 0 and info[3] == session) or marked(pid, needle)
+
+    if os.path.isdir(directory) and not os.path.exists(f"{directory}/exit"):
+        with contextlib.suppress(OSError):
+            os.close(os.open(f"{directory}/cancelled", os.O_WRONLY | os.O_CREAT, 0o644))
+    give_up = time.monotonic() + float(request.args.get("term", 2.0))
+    while _signal_all(ours, signal.SIGTERM) and time.monotonic() < give_up:
+        time.sleep(0.02)
+    return {"done": sweep(ours)}
+
+
+def _signal_all(ours: Any, number: int) -> bool:
+    """Send `number` to every live process ours() names; whether there was any."""
+    found = False
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        info = proc_stat(int(name))
+        if info is not None and info[0] not in ("Z", "X") and ours(int(name), info):
+            signal_quietly(int(name), number)
+            found = True
+    return found
 
 
 def op_kill_agent(request: Request) -> dict[str, Any]:

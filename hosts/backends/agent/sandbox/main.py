@@ -17,7 +17,15 @@ from collections.abc import Callable
 from typing import Any
 
 from .command import Command
-from .files import op_job_start, op_kill_agent, op_kill_marked, op_list, op_read, op_write
+from .files import (
+    op_job_cancel,
+    op_job_start,
+    op_kill_agent,
+    op_kill_marked,
+    op_list,
+    op_read,
+    op_write,
+)
 from .procs import SWEEP_LIMIT
 from .wire import (
     CANCEL,
@@ -54,6 +62,7 @@ class Agent:
         self.ops: dict[str, Callable[[Request], dict[str, Any]]] = {
             "exec": lambda request: Command(request, self.reaper, self.base_env).run(),
             "job_start": lambda request: op_job_start(request, self.reaper, self.base_env),
+            "job_cancel": op_job_cancel,
             "kill_agent": op_kill_agent,
             "kill_marked": op_kill_marked,
             "list": op_list,
