@@ -4,53 +4,24 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any
 
 from django import forms
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.utils.decorators import method_decorator
 from django.views.decorators.debug import sensitive_post_parameters
 
-from hosts.backends.base import BackendError
+from hosts.admin_actions import apply_each
+from hosts.admin_hostkeys import confirm_host_keys, fetch_host_keys
 from hosts.models import Credential, Host, Image
 from sandboxes import services
-from sandboxes.errors import ServiceError
 from sandboxes.models import LIVE_STATUSES
 from sandboxes.results import HostInfo
 from tenants.admin import admin_principal
 
 logger = logging.getLogger(__name__)
-T = TypeVar("T")
-
-
-def apply_each(
-    modeladmin: admin.ModelAdmin,
-    request: HttpRequest,
-    objects: Iterable[T],
-    call: Callable[[T], str],
-) -> None:
-    """Run a service call per selected object and report every outcome with message_user.
-
-    One failing object must not hide what happened to the others, so errors are collected
-    instead of raised; `call` returns a short description of what it did.
-    """
-    done: list[str] = []
-    failed: list[str] = []
-    for obj in objects:
-        try:
-            done.append(call(obj))
-        except (ServiceError, BackendError) as exc:
-            failed.append(f"{obj}: {exc}")
-        except Exception as exc:  # a backend bug: log the trace, still report the rest
-            logger.exception("admin action on %r failed", obj)
-            failed.append(f"{obj}: unexpected {type(exc).__name__}: {exc}")
-    if done:
-        modeladmin.message_user(request, "; ".join(done), messages.SUCCESS)
-    if failed:
-        modeladmin.message_user(request, "Failed: " + "; ".join(failed), messages.ERROR)
 
 
 # --- credentials -----------------------------------------------------------------------------
@@ -169,7 +140,7 @@ class HostAdmin(admin.ModelAdmin):
     search_fields = ["name", "endpoint", "last_error"]
     list_select_related = ["team"]
     autocomplete_fields = ["credential", "team"]
-    actions = ["probe_hosts", "drain_hosts", "undrain_hosts"]
+    actions = ["probe_hosts", "drain_hosts", "undrain_hosts", fetch_host_keys, confirm_host_keys]
     # Draining changes only through the actions, so every change leaves an audit row.
     readonly_fields = [
         "draining",
@@ -181,10 +152,36 @@ class HostAdmin(admin.ModelAdmin):
         "idle_score",
         "last_error",
         "created_at",
+        # Pinned only through the confirm action (an audit row each), learnt by probes.
+        "host_key_pinned",
+        "host_key_seen",
+        "host_key_type",
+        "host_key_seen_at",
+        "per_sandbox_users",
+        "gpu_count",
+        "gpus",
     ]
     fieldsets = [
         (None, {"fields": ["name", "kind", "endpoint", "credential", "team"]}),
         ("Scheduling", {"fields": ["enabled", "draining", "max_sandboxes", "labels"]}),
+        (
+            "SSH",
+            {
+                "fields": [
+                    "base_dir",
+                    "host_key_pinned",
+                    "host_key_seen",
+                    "host_key_type",
+                    "host_key_seen_at",
+                    "per_sandbox_users",
+                ],
+                "description": "The login user is the credential's username. Fetch the host "
+                "key and confirm it with the actions in the host list: until then the host "
+                "gets no sandboxes. Without sudo -n for the login user, sandboxes share one "
+                "Unix user, so the host is offered only to its own team.",
+            },
+        ),
+        ("GPUs", {"fields": ["gpu_count", "gpus"]}),
         ("Backend options", {"fields": ["options"], "classes": ["collapse"]}),
         (
             "Last probe",

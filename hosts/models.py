@@ -49,7 +49,7 @@ class Host(models.Model):
     endpoint = models.CharField(
         max_length=500,
         help_text="Docker: unix:///var/run/docker.sock, tcp://host:2376 or ssh://user@host. "
-        "SSH: host:port.",
+        "SSH: address:port (the login user is the credential's username).",
     )
     credential = models.ForeignKey(Credential, null=True, blank=True, on_delete=models.PROTECT)
     team = models.ForeignKey(
@@ -65,9 +65,33 @@ class Host(models.Model):
     )
     max_sandboxes = models.PositiveIntegerField(default=20)
     labels = models.JSONField(default=dict, blank=True)
-    options = models.JSONField(
-        default=dict, blank=True, help_text="Backend options, e.g. an SSH host-key fingerprint."
+    options = models.JSONField(default=dict, blank=True, help_text="Backend options.")
+    # SSH hosts. The host key is pinned: `host_key_seen` is what the host last presented
+    # (fetched by an admin action, or met on a refused connection), `host_key_pinned` what an
+    # admin confirmed. Until one is confirmed the host is not used; a key that differs from
+    # the pinned one refuses every connection. Never accepted automatically.
+    base_dir = models.CharField(
+        max_length=300,
+        blank=True,
+        help_text="SSH: the directory under which each sandbox gets its own "
+        "(default /var/tmp/sandhub).",
     )
+    host_key_pinned = models.CharField(
+        max_length=100, blank=True, help_text="SSH: the confirmed host key (SHA256:...)."
+    )
+    host_key_seen = models.CharField(
+        max_length=100, blank=True, help_text="SSH: the key the host last presented."
+    )
+    host_key_type = models.CharField(max_length=40, blank=True)
+    host_key_seen_at = models.DateTimeField(null=True, blank=True)
+    per_sandbox_users = models.BooleanField(
+        null=True,
+        blank=True,
+        help_text="SSH: whether the login user may `sudo -n`, so each sandbox gets its own Unix "
+        "user (checked by probes). Without, the host is offered only to its own team.",
+    )
+    gpu_count = models.PositiveIntegerField(default=0)
+    gpus = models.JSONField(default=list, blank=True, help_text="Per-GPU use, from the last probe.")
     # Last probe.
     healthy = models.BooleanField(default=True)
     last_probe_at = models.DateTimeField(null=True, blank=True)

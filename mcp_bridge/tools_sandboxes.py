@@ -60,6 +60,15 @@ def register(mcp: FastMCP) -> None:
         network: Annotated[
             bool | None, Field(description="Network access, if your team allows it.")
         ] = None,
+        gpus: Annotated[
+            int | None,
+            Field(
+                description="GPUs of its own (on the host whose GPUs are freest); its "
+                "commands see them as CUDA_VISIBLE_DEVICES. See list_hosts for GPU use.",
+                ge=0,
+                le=16,
+            ),
+        ] = None,
         select: Annotated[
             bool,
             Field(
@@ -83,6 +92,7 @@ def register(mcp: FastMCP) -> None:
                 env=env,
                 lifetime_minutes=lifetime_minutes,
                 network=network,
+                gpus=gpus,
             )
             if not select:
                 return sandbox(info, caller.key.selected_sandbox)

@@ -12,7 +12,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
 
-from hosts.admin import apply_each
+from hosts.admin_actions import apply_each
 from sandboxes import services
 from sandboxes.errors import InvalidInput
 from sandboxes.models import (

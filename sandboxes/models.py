@@ -83,6 +83,8 @@ class Sandbox(models.Model):
     disk_mb = models.PositiveIntegerField(null=True, blank=True)
     env = models.JSONField(default=dict, blank=True)
     network = models.BooleanField(default=False)
+    # The host's GPU indices given to this sandbox (CUDA_VISIBLE_DEVICES for its commands).
+    gpus = models.JSONField(default=list, blank=True)
     backend_state = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)

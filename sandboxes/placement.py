@@ -3,20 +3,32 @@ with room; the idlest first."""
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import dataclass
+
 from django.conf import settings
 from django.db.models import Count, F, Q
 
 from hosts.backends.base import ProbeResult
+from hosts.backends.ssh.probes import GpuUse, NotEnoughGpus, gpu_pick_cost, pick_gpus
 from hosts.models import Host
 from sandboxes.errors import NoCapacity
 from sandboxes.models import LIVE_STATUSES
 from tenants.models import Team
 
 
+def usable_by(team: Team) -> Q:
+    """Hosts the team may get sandboxes on: shared or its own; an SSH host only once its key
+    is pinned, and, when sandboxes there cannot get Unix users of their own (no sudo for the
+    login user), only by the team it is private to: they would share one user."""
+    ssh_ok = ~Q(host_key_pinned="") & (Q(per_sandbox_users=True) | Q(team=team))
+    return (Q(team__isnull=True) | Q(team=team)) & (~Q(kind=Host.Kind.SSH) | ssh_ok)
+
+
 def candidate_hosts(team: Team):
     return (
         Host.objects.filter(enabled=True, draining=False, healthy=True)
-        .filter(Q(team__isnull=True) | Q(team=team))
+        .filter(usable_by(team))
         .filter(kind__in=list(settings.SANDHUB_BACKENDS))
         .annotate(live=Count("sandboxes", filter=Q(sandboxes__status__in=LIVE_STATUSES)))
         .filter(live__lt=F("max_sandboxes"))
@@ -24,14 +36,54 @@ def candidate_hosts(team: Team):
     )
 
 
-def choose_host(team: Team) -> Host:
-    host = candidate_hosts(team).first()
-    if host is None:
-        raise NoCapacity(
-            "no host has room for a new sandbox right now; delete an unused sandbox or "
-            "ask an admin to add capacity"
-        )
-    return host
+@dataclass(frozen=True)
+class Placement:
+    host: Host
+    gpus: tuple[int, ...] = ()  # the host's GPU indices given to the sandbox
+
+
+def choose_host(team: Team, gpus: int = 0) -> Placement:
+    """The idlest host with room; with `gpus`, the one whose freest GPUs are freest (fewest
+    sandboxes already on them, then least busy), and those GPUs. Call it inside the
+    transaction that creates the sandbox: the GPUs are taken from what live sandboxes hold."""
+    if not gpus:
+        host = candidate_hosts(team).first()
+        if host is None:
+            raise NoCapacity(
+                "no host has room for a new sandbox right now; delete an unused sandbox or "
+                "ask an admin to add capacity"
+            )
+        return Placement(host)
+    best: tuple[tuple[int, float, float], Placement] | None = None
+    for host in candidate_hosts(team).filter(gpu_count__gte=gpus):
+        devices = [GpuUse.from_dict(g) for g in host.gpus]
+        assigned = gpu_assignments(host)
+        try:
+            taken, busy = gpu_pick_cost(devices, assigned, gpus)
+            picked = tuple(pick_gpus(devices, assigned, gpus))
+        except NotEnoughGpus:
+            continue
+        rank = (taken, busy, -host.idle_score)
+        if best is None or rank < best[0]:
+            best = (rank, Placement(host, picked))
+    if best is None:
+        raise NoCapacity(_no_gpu_host(team, gpus))
+    return best[1]
+
+
+def gpu_assignments(host: Host) -> dict[int, int]:
+    """GPU index -> live sandboxes holding it on this host."""
+    counts: Counter[int] = Counter()
+    for held in host.sandboxes.filter(status__in=LIVE_STATUSES).values_list("gpus", flat=True):
+        counts.update(int(index) for index in held or [])
+    return dict(counts)
+
+
+def _no_gpu_host(team: Team, gpus: int) -> str:
+    most = max((h.gpu_count for h in Host.objects.filter(usable_by(team))), default=0)
+    if most < gpus:
+        return f"no host of yours has {gpus} GPUs (the most any has is {most})"
+    return f"no host with {gpus} GPUs has room right now; try again later or ask for fewer"
 
 
 def visible_hosts(team: Team | None):

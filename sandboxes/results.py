@@ -85,6 +85,17 @@ class SandboxInfo(Result):
         )
 
 
+class GpuInfo(Result):
+    """One GPU of a host as its last probe saw it (nvidia-smi)."""
+
+    index: int
+    name: str = ""
+    utilization_percent: float | None = None
+    memory_used_mib: int | None = None
+    memory_total_mib: int | None = None
+    busy_percent: float = Field(0.0, description="max(utilization, memory in use), 0-100")
+
+
 class HostInfo(Result):
     name: str
     kind: str
@@ -102,6 +113,7 @@ class HostInfo(Result):
     max_sandboxes: int
     last_probe_at: datetime | None
     last_error: str = ""
+    gpus: list[GpuInfo] = Field(default_factory=list, description="per GPU, from the last probe")
     details: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -312,6 +324,7 @@ __all__ = [
     "FileContent",
     "FileEntry",
     "FileStream",
+    "GpuInfo",
     "HostInfo",
     "HostKeyInfo",
     "Result",

@@ -479,7 +479,7 @@ def test_a_real_host_that_stops_answering_is_marked_down_skipped_and_comes_back(
     Host.objects.filter(pk=real_docker.pk).update(enabled=False)  # only `remote` may be chosen
     services.probe_all_hosts(SYSTEM)
     assert Host.objects.get(pk=remote.pk).healthy
-    assert placement.choose_host(team_a) == remote
+    assert placement.choose_host(team_a).host == remote
 
     proxy.stop()
     assert services.reconcile_hosts(SYSTEM).down == ["remote"]
@@ -488,7 +488,7 @@ def test_a_real_host_that_stops_answering_is_marked_down_skipped_and_comes_back(
     with pytest.raises(NoCapacity):
         placement.choose_host(team_a)
     Host.objects.filter(pk=real_docker.pk).update(enabled=True)
-    assert placement.choose_host(team_a) == real_docker  # new sandboxes go elsewhere
+    assert placement.choose_host(team_a).host == real_docker  # new sandboxes go elsewhere
 
     proxy.start()  # the same port answers again
     services.probe_all_hosts(SYSTEM)

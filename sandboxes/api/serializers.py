@@ -141,6 +141,12 @@ class SandboxCreateSerializer(StrictSerializer):
     env = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False)
     lifetime_minutes = IntegerField(required=False, min_value=1, max_value=525600)
     network = serializers.BooleanField(required=False)
+    gpus = IntegerField(
+        required=False,
+        min_value=0,
+        max_value=16,
+        help_text="GPUs of its own (CUDA_VISIBLE_DEVICES).",
+    )
 
 
 class RunCommandSerializer(StrictSerializer):

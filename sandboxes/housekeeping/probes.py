@@ -12,7 +12,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from hosts.backends import get_backend
-from hosts.backends.base import BackendError, ProbeResult
+from hosts.backends.base import BackendError, HostKeyRejected, ProbeResult
 from hosts.models import Host
 from sandboxes import placement
 from sandboxes.housekeeping.config import system_for
@@ -31,6 +31,9 @@ def probe(host: Host) -> ProbeResult:
     backend = get_backend(host)
     try:
         result = backend.probe()
+    except HostKeyRejected as exc:
+        rejected = {"key_type": exc.key_type, "fingerprint": exc.fingerprint}
+        return ProbeResult(healthy=False, error=str(exc), details={"host_key_rejected": rejected})
     except Exception as exc:  # a probe reports, it never raises
         return ProbeResult(healthy=False, error=str(exc) or type(exc).__name__)
     if result.healthy and result.gpu_percent is None:
@@ -64,6 +67,7 @@ def record_probe(host: Host, result: ProbeResult) -> Host:
     host.gpu_percent = result.gpu_percent
     host.last_error = result.error[:2000]
     host.idle_score = placement.idle_score(host, result)
+    _record_host_facts(host, result.details)
     # Only the probe's fields: an admin may be changing draining or capacity at the same time.
     host.save(
         update_fields=[
@@ -74,6 +78,9 @@ def record_probe(host: Host, result: ProbeResult) -> Host:
             "gpu_percent",
             "last_error",
             "idle_score",
+            "gpus",
+            "gpu_count",
+            "per_sandbox_users",
         ]
     )
     if was_healthy != result.healthy:
@@ -101,3 +108,32 @@ def probe_hosts(hosts: list[Host] | None = None) -> list[Host]:
     with ThreadPoolExecutor(max_workers=min(_PROBE_THREADS, len(hosts))) as executor:
         results = list(executor.map(probe_unconfigured_too, hosts))
     return [record_probe(host, result) for host, result in zip(hosts, results, strict=True)]
+
+
+def _record_host_facts(host: Host, details: dict[str, Any]) -> None:
+    """What a probe learnt beyond load: per-GPU use, whether sandboxes get users of their
+    own; and a host key that was refused, remembered (with an audit row, once per key) so an
+    admin sees what the host now presents."""
+    if "gpus" in details:
+        host.gpus = list(details["gpus"])
+        host.gpu_count = len(host.gpus)
+    if "per_sandbox_users" in details:
+        host.per_sandbox_users = bool(details["per_sandbox_users"])
+    rejected = details.get("host_key_rejected") or {}
+    fingerprint = rejected.get("fingerprint", "")
+    if fingerprint and fingerprint != host.host_key_seen:
+        Host.objects.filter(pk=host.pk).update(
+            host_key_seen=fingerprint,
+            host_key_type=rejected.get("key_type", ""),
+            host_key_seen_at=timezone.now(),
+        )
+        host.host_key_seen = fingerprint
+        audit.record(
+            system_for(host.team),
+            "host.key.rejected",
+            target_type="host",
+            target_id=str(host.pk),
+            outcome="refused",
+            details={"host": host.name, "presented": fingerprint, "pinned": host.host_key_pinned},
+        )
+        logger.error("host %s presented key %s, not the pinned one", host, fingerprint)

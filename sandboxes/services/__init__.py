@@ -40,6 +40,7 @@ from sandboxes.services.files import (
     upload_files,
     write_file,
 )
+from sandboxes.services.hostkeys import confirm_host_key, fetch_host_key
 from sandboxes.services.hosts import (
     list_hosts,
     probe_all_hosts,
@@ -86,6 +87,8 @@ __all__ = [
     "list_commands",
     "list_files",
     "list_hosts",
+    "fetch_host_key",
+    "confirm_host_key",
     "list_sandboxes",
     "open_archive_stream",
     "open_file_link",

@@ -9,7 +9,7 @@ from sandboxes.access import READ
 from sandboxes.auditing import audited, current
 from sandboxes.errors import NotFound, PermissionDenied
 from sandboxes.housekeeping import pool, probes, reconcile, sweep
-from sandboxes.results import HostInfo
+from sandboxes.results import GpuInfo, HostInfo
 from tenants.models import Team
 from tenants.principal import Principal
 
@@ -51,13 +51,14 @@ def _host_info(host: Host, team: Team | None = None) -> HostInfo:
         max_sandboxes=host.max_sandboxes,
         last_probe_at=host.last_probe_at,
         last_error=host.last_error,
+        gpus=[GpuInfo.model_validate(gpu) for gpu in host.gpus or []],
     )
 
 
 @audited("host.probe", "host")
 def probe_host(principal: Principal, host_id: int) -> HostInfo:
     """Ask the host how it is, store the figures and an idle score (platform admins only)."""
-    host = _admin_host(principal, host_id)
+    host = admin_host(principal, host_id)
     # The same probe and bookkeeping as the scheduled one (GPU, host.down / host.up rows).
     result = probes.probe(host)
     probes.record_probe(host, result)
@@ -67,14 +68,14 @@ def probe_host(principal: Principal, host_id: int) -> HostInfo:
 
 @audited("host.drain", "host")
 def set_host_draining(principal: Principal, host_id: int, draining: bool = True) -> HostInfo:
-    host = _admin_host(principal, host_id)
+    host = admin_host(principal, host_id)
     host.draining = bool(draining)
     host.save(update_fields=["draining"])
     current().details["draining"] = host.draining
     return _host_info(host)
 
 
-def _admin_host(principal: Principal, host_id: int) -> Host:
+def admin_host(principal: Principal, host_id: int) -> Host:
     current().target("host", host_id)
     if not access.is_platform_admin(principal):
         raise PermissionDenied("only platform admins manage hosts")

@@ -9,6 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from hosts.backends.base import BackendError, SandboxGone, SandboxSpec
+from hosts.backends.ssh.probes import gpu_environment
 from hosts.models import Image
 from sandboxes import access, placement, validation
 from sandboxes.access import READ, WRITE
@@ -42,10 +43,13 @@ def create_sandbox(
     lifetime_minutes: int | None = None,
     network: bool | None = None,
     disk_mb: int | None = None,
+    gpus: int | None = None,
 ) -> SandboxInfo:
     """Create a sandbox on the idlest host with room and wait until it is running.
 
     disk_mb: size of /workspace, at most the team's quota; the quota when not given.
+    gpus: GPUs of its own, on the host whose freest GPUs are freest; every command sees
+    them (and only them) as CUDA_VISIBLE_DEVICES.
     """
     access.require(principal, WRITE, "create sandboxes")
     team = _team(principal)
@@ -54,12 +58,16 @@ def create_sandbox(
     lifetime = _lifetime(team, lifetime_minutes)
     spec_env = validation.env(env)
     sandbox_name = validation.name(name)
+    gpu_count = _gpu_count(gpus)
 
     with transaction.atomic():
         # Lock the team row so concurrent creations cannot both pass the quota check.
         team = Team.objects.select_for_update().get(pk=team.pk)
         _check_running_quota(team)
-        host = placement.choose_host(team)
+        chosen = placement.choose_host(team, gpu_count)
+        host = chosen.host
+        if host.gpu_count:  # a sandbox sees its own GPUs, and none of the host's others
+            spec_env = {**spec_env, **gpu_environment(chosen.gpus)}
         sandbox = Sandbox.objects.create(
             team=team,
             owner=principal.user,
@@ -67,13 +75,27 @@ def create_sandbox(
             image=chosen_image,
             name=sandbox_name,
             env=spec_env,
+            gpus=list(chosen.gpus),
             expires_at=timezone.now() + timedelta(minutes=lifetime),
             **limits,
         )
     current().target("sandbox", sandbox.public_id)
     current().details.update({"image": chosen_image.name, "host": host.name, **limits})
+    if chosen.gpus:
+        current().details["gpus"] = list(chosen.gpus)
     _provision(sandbox)
     return SandboxInfo.from_model(sandbox)
+
+
+# More than any machine holds: a larger number is a mistake, told as such.
+MAX_GPUS = 16
+
+
+def _gpu_count(gpus: Any) -> int:
+    if gpus is None:
+        return 0
+    validation.positive_int(gpus, "gpus", minimum=0, maximum=MAX_GPUS)
+    return int(gpus)
 
 
 def _team(principal: Principal) -> Team:
@@ -169,6 +191,7 @@ def _provision(sandbox: Sandbox) -> None:
         env=sandbox.env,
         labels={"org.sandhub.team": sandbox.team.slug},
         disk_mb=sandbox.disk_mb,
+        gpus=tuple(sandbox.gpus),
     )
     try:
         # A warm-pool member when one fits (sandboxes/housekeeping/pool.py), else a fresh container.
