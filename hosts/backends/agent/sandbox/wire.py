@@ -128,6 +128,18 @@ class Request:
         self.wire.send([Wire.packet(self.rid, CREDIT, struct.pack("!I", count))])
 
 
+def _oom_first(pid: int) -> None:
+    """Make a child (and what it forks from now on) the OOM killer's first choice: a command
+    that fills the sandbox's memory must not take the agent, the one process that can still
+    stop it then (no new process starts while the memory is full). Raising a score needs no
+    privilege; a child that is gone already needs nothing."""
+    try:
+        with open(f"/proc/{pid}/oom_score_adj", "w") as handle:
+            handle.write("1000")
+    except OSError:
+        pass
+
+
 class Reaper:
     """Collects the exit status of every child: our own, and the orphans handed to us."""
 
@@ -149,6 +161,7 @@ class Reaper:
                 with self.lock:
                     child = subprocess.Popen(argv, **options)
                     self.waiting[child.pid] = (child, on_exit)
+                _oom_first(child.pid)
                 self.spawned.set()
                 return child
             except OSError as exc:
