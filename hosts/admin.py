@@ -46,6 +46,14 @@ class CredentialForm(forms.ModelForm):
         "secret. Docker TLS material is a JSON object with ca, cert and key (PEM text).",
     )
 
+    passphrase = forms.CharField(
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
+        strip=False,
+        required=False,
+        help_text="SSH private key only, if the key has one. Write-only; on change, leave "
+        "empty to keep the current one (a new secret without one clears it).",
+    )
+
     class Meta:
         model = Credential
         fields = ["name", "kind", "username"]
@@ -82,6 +90,9 @@ class CredentialForm(forms.ModelForm):
         credential = super().save(commit=False)
         if self.cleaned_data.get("secret"):
             credential.set_secret(self.cleaned_data["secret"])
+            credential.set_passphrase(self.cleaned_data.get("passphrase") or "")
+        elif self.cleaned_data.get("passphrase"):
+            credential.set_passphrase(self.cleaned_data["passphrase"])
         if commit:
             credential.save()
         return credential
@@ -94,7 +105,7 @@ class CredentialAdmin(admin.ModelAdmin):
     list_filter = ["kind"]
     search_fields = ["name", "username"]
     # secret_encrypted is in neither list: the ciphertext never reaches a page either.
-    fields = ["name", "kind", "username", "secret", "created_at", "updated_at"]
+    fields = ["name", "kind", "username", "secret", "passphrase", "created_at", "updated_at"]
     readonly_fields = ["created_at", "updated_at"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Credential]:
@@ -107,7 +118,7 @@ class CredentialAdmin(admin.ModelAdmin):
         return count
 
     # Keeps the submitted secret out of Django's error reports and debug pages.
-    @method_decorator(sensitive_post_parameters("secret"))
+    @method_decorator(sensitive_post_parameters("secret", "passphrase"))
     def changeform_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         return super().changeform_view(request, *args, **kwargs)
 

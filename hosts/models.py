@@ -19,6 +19,8 @@ class Credential(models.Model):
     username = models.CharField(max_length=200, blank=True)
     # Fernet token; never rendered back in admin or logged.
     secret_encrypted = models.TextField(editable=False)
+    # An SSH private key's passphrase, encrypted the same way; empty: none.
+    passphrase_encrypted = models.TextField(editable=False, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -34,9 +36,17 @@ class Credential(models.Model):
     def get_secret(self) -> str:
         return crypto.decrypt(self.secret_encrypted)
 
+    def set_passphrase(self, plaintext: str) -> None:
+        self.passphrase_encrypted = crypto.encrypt(plaintext) if plaintext else ""
+
+    def get_passphrase(self) -> str | None:
+        return crypto.decrypt(self.passphrase_encrypted) if self.passphrase_encrypted else None
+
     def rotate_key(self) -> None:
         self.secret_encrypted = crypto.rotate(self.secret_encrypted)
-        self.save(update_fields=["secret_encrypted", "updated_at"])
+        if self.passphrase_encrypted:
+            self.passphrase_encrypted = crypto.rotate(self.passphrase_encrypted)
+        self.save(update_fields=["secret_encrypted", "passphrase_encrypted", "updated_at"])
 
 
 class Host(models.Model):

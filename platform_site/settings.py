@@ -186,6 +186,7 @@ SPECTACULAR_SETTINGS = {
 # Backend class per Host.kind, by dotted path, the way Django picks cache and mail backends.
 SANDHUB_BACKENDS = {
     "docker": "hosts.backends.docker.DockerBackend",
+    "ssh": "hosts.backends.ssh.backend.SshBackend",
 }
 SANDHUB_SANDBOX_IMAGE = env_str("SANDHUB_SANDBOX_IMAGE", "sandhub/sandbox:latest")
 SANDHUB_DOCKER_URL = env_str("SANDHUB_DOCKER_URL", "unix:///var/run/docker.sock")

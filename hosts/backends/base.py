@@ -98,7 +98,7 @@ LABEL_POOL = "org.sandhub.pool"  # "1" on warm-pool members, claimed or not
 class ManagedResource:
     """One thing Sandhub made on a host (a container, a volume), as reconciliation sees it."""
 
-    kind: str  # "container" | "volume" | "network" | "disk"
+    kind: str  # "container" | "volume" | "network" | "disk" (Docker); "directory" | "user" (SSH)
     label_id: str  # the sandbox or warm-pool id written on it at creation (labels never change)
     name: str
     created_at: float | None  # unix time; None when the host cannot tell

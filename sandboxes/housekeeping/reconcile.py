@@ -94,9 +94,13 @@ def _reconcile_host(host: Host, grace: float, report: ReconcileReport) -> None:
     # by now (rows are committed before their containers are made).
     owned = _owned_label_ids()
     _remove_orphans(host, resources, owned, listed_at_time - grace, report)
-    present = {r.label_id for r in resources if r.kind == "container"}
+    # What a sandbox lives in: a container (Docker), a directory (SSH hosts).
+    present = {r.label_id for r in resources if r.kind in _HOMES}
     _mark_lost(host, present, listed_at, report)
     _forget_vanished_pool_members(host, present, listed_at - timedelta(seconds=grace), report)
+
+
+_HOMES = ("container", "directory")
 
 
 def _owned_label_ids() -> set[str]:

@@ -37,8 +37,8 @@ from hosts.backends.agent.protocol import BOOTSTRAP
 from hosts.backends.base import BackendError, ExecResult, FileEntry, OutputCallback, SandboxGone
 from hosts.backends.docker.background import JOB_ID_RE, JOBS_DIR, log_keep_bytes
 from hosts.backends.docker.engine import Engine
-from hosts.backends.docker.jobscripts import KILL_AFTER, RUNNER
 from hosts.backends.docker.names import SANDBOX_USER, container_ref, names
+from hosts.backends.jobscripts import KILL_AFTER, RUNNER
 
 __all__ = ["AgentLink", "AgentUnavailable", "DockerTransport"]
 

@@ -53,8 +53,8 @@ from django.conf import settings
 
 from hosts.backends.base import BackendError, HeadTailBuffer, JobStatus, SandboxGone
 from hosts.backends.docker.exec import INTERNAL_TIMEOUT, Commands
-from hosts.backends.docker.jobscripts import CANCEL, KILL_AFTER, POLL, RUNNER, START
 from hosts.backends.docker.names import container_ref
+from hosts.backends.jobscripts import CANCEL, KILL_AFTER, POLL, RUNNER, START
 
 __all__ = ["JOBS_DIR", "JOB_ID_RE", "KILL_AFTER", "Jobs"]
 

@@ -26,11 +26,17 @@ from typing import IO, Any
 
 import docker.errors
 
+from hosts.backends import archives
 from hosts.backends.base import BackendError, FileEntry, HeadTailBuffer, SandboxGone
-from hosts.backends.docker import archives
 from hosts.backends.docker.engine import Engine
 from hosts.backends.docker.exec import INTERNAL_TIMEOUT, Commands, Deadline, ExecStream
-from hosts.backends.docker.names import SANDBOX_USER, WORKSPACE, container_ref
+from hosts.backends.docker.names import (
+    SANDBOX_GID,
+    SANDBOX_UID,
+    SANDBOX_USER,
+    WORKSPACE,
+    container_ref,
+)
 
 _LISTING_CAP = 16 * 1024 * 1024
 _MISSING_EXIT = 44  # what _LIST and _TAR exit with for "no such path"
@@ -116,7 +122,7 @@ class Files:
             raise BackendError(f"files can only be uploaded under {WORKSPACE}, not into {dest_dir}")
         source = archives.seekable(archive)
         try:
-            planned = archives.plan(source)
+            planned = archives.plan(source, (SANDBOX_UID, SANDBOX_GID, "sandbox"))
             self._prepare(state, dest_dir, planned.directories)
             self._extract(container, dest_dir, source, planned)
         finally:

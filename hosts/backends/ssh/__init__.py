@@ -6,4 +6,6 @@
 - `hostkeys`: `fingerprint`, `fetch_host_key`, `HostKey` (pinning; never trust on first use).
 - `keys`: `load_private_key` (Ed25519, RSA, ECDSA; optional passphrase).
 - `errors`: everything raised derives from `SshError` (a `BackendError`).
+- `handshake`, `commands`, `ordering`, `watchdog`: internals of the above (TCP_NODELAY socket
+  and key exchange; bounded command output; paramiko's send-after-CLOSE race; deadlines).
 """

@@ -245,7 +245,7 @@ def op_job_cancel(request: Request) -> dict[str, Any]:
     this already running process: no new process is needed, so it works while the job, a
     fork bomb say, holds every pid and all the memory (an engine exec cannot start then)."""
     job_id, directory = str(request.args["job_id"]), str(request.args["dir"])
-    if not job_id.replace("-", "").isalnum():
+    if not job_id.replace("-", "").replace("_", "").isalnum():
         raise Refusal(ERR_INVALID, "malformed job id")
     session = int(request.args.get("sid") or 0)
     needle = f"\0{JOB_ENV}={job_id}\0".encode()

@@ -1,4 +1,4 @@
-"""The shell scripts of background jobs (background.py): launcher, runner, poll and cancel.
+"""The shell scripts of background jobs (Docker and SSH backends): launcher, runner, poll, cancel.
 
 All POSIX sh with coreutils; the parts that must work while a fork bomb holds the pids limit
 use shell builtins only (dash exits on a failed fork).

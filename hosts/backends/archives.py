@@ -1,4 +1,4 @@
-"""Tar archives on their way into a sandbox: checked, rewritten, streamed in chunks.
+"""Tar archives on their way into a sandbox (any backend kind): checked, rewritten, streamed.
 
 An upload is unpacked by `tar -x` running as the sandbox user inside the sandbox (files.py),
 so it can write nothing the sandbox user could not. Before a byte is sent, the archive is read
@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from hosts.backends.base import BackendError
-from hosts.backends.docker.names import SANDBOX_GID, SANDBOX_UID
 
 CHUNK = 64 * 1024
 MAX_MEMBERS = 10_000  # the services send at most 1000 files; headers are kept while planning
@@ -57,7 +56,13 @@ def seekable(archive: bytes | IO[bytes]) -> IO[bytes]:
     return spool
 
 
-def plan(source: IO[bytes]) -> Plan:
+# Who the members are sent as: (uid, gid, name). Docker's tar -x runs as a fixed sandbox user
+# and keeps owners; elsewhere (SSH hosts) tar runs with --no-same-owner and they mean nothing.
+Owner = tuple[int, int, str]
+NOBODY: Owner = (0, 0, "")
+
+
+def plan(source: IO[bytes], owner: Owner = NOBODY) -> Plan:
     """Check every member and work out what will be sent, reading headers only."""
     result = Plan()
     directories: dict[str, None] = {}  # ordered set
@@ -66,7 +71,7 @@ def plan(source: IO[bytes]) -> Plan:
             for member in archive:
                 if len(result.members) >= MAX_MEMBERS:
                     raise BackendError(f"the archive has more than {MAX_MEMBERS} members")
-                sent = _rewritten(member)
+                sent = _rewritten(member, owner)
                 if sent is None:  # the destination itself
                     continue
                 for parent in _parents(sent.name):
@@ -101,7 +106,7 @@ def chunks(source: IO[bytes], planned: Plan) -> Iterator[bytes]:
     yield bytes(2 * tarfile.BLOCKSIZE)
 
 
-def _rewritten(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
+def _rewritten(member: tarfile.TarInfo, owner: Owner) -> tarfile.TarInfo | None:
     """The member as the sandbox gets it (None for the destination directory itself)."""
     if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
         raise BackendError(f"archive member {member.name} is not a file, directory or link")
@@ -117,8 +122,8 @@ def _rewritten(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
     sent.size = member.size if member.isfile() else 0
     sent.mode = member.mode & 0o1777  # no set-id bits
     sent.mtime = member.mtime
-    sent.uid, sent.gid = SANDBOX_UID, SANDBOX_GID
-    sent.uname = sent.gname = "sandbox"
+    sent.uid, sent.gid, sent.uname = owner
+    sent.gname = owner[2]
     if member.issym():
         sent.linkname = member.linkname  # resolved by the sandbox user, like any of theirs
     elif member.islnk():

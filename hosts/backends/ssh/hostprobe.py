@@ -1,0 +1,299 @@
+"""What an SSH host can do, how loaded it is, and what Sandhub left on it: over the connection.
+
+    facts = host_facts(conn)                    # sudo? systemd? python3? (cache it)
+    result = probe(conn, base_dir=base)         # load + GPUs + the facts, one round trip
+    found = list_managed(conn, base, "default", sudo=facts.sudo)
+
+`probe` runs the facts script and probes.PROBE_SCRIPT in one command, so a probe is one round
+trip and refreshes the facts too (`facts_from_details` reads them back from a ProbeResult).
+A probe reports, it never raises: an unreachable host is `healthy=False` with the error.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from hosts.backends.base import BackendError, ManagedResource, ProbeResult
+from hosts.backends.ssh import layout
+from hosts.backends.ssh.connection import SshConnection
+from hosts.backends.ssh.probes import PROBE_SCRIPT, parse_probe_output
+
+__all__ = [
+    "HostFacts",
+    "facts_from_details",
+    "host_facts",
+    "list_managed",
+    "parse_facts",
+    "probe",
+]
+
+PROBE_TIMEOUT = 30.0
+LIST_TIMEOUT = 60.0
+_MARK = "@@sandhub-probe facts@@"
+_SBIN = "/usr/local/sbin:/usr/sbin:/sbin"  # useradd lives there, off a login user's PATH
+_TOOLS = ("useradd", "userdel", "setpriv", "prlimit", "pkill", "systemd-run", "tmux", "setsid")
+
+# POSIX sh. `sudo -n true` is the check the contract asks for: it fails at once, never
+# prompts, where a password would be needed. systemd counts as running when
+# /run/systemd/system exists (what sd_booted() checks).
+FACTS_SCRIPT = f"""\
+echo '{_MARK}'
+echo "user=$(id -un)"
+echo "uid=$(id -u)"
+if sudo -n true >/dev/null 2>&1; then echo sudo=1; else echo sudo=0; fi
+if [ -d /run/systemd/system ]; then echo systemd=1; else echo systemd=0; fi
+v=$(python3 -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null) || v=
+echo "python3=$v"
+for t in {" ".join(_TOOLS)}; do
+  if PATH="$PATH:{_SBIN}" command -v "$t" >/dev/null 2>&1; then echo "has_$t=1"
+  else echo "has_$t=0"; fi
+done
+echo "kernel=$(uname -r 2>/dev/null)"
+"""
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What an SSH host offers, as its login user finds it."""
+
+    login_user: str
+    uid: int
+    sudo: bool  # `sudo -n` works: per-sandbox users, systemd scopes
+    systemd: bool
+    python3: str  # its version ("3.11.2"), "" when missing
+    tools: tuple[str, ...] = ()  # of _TOOLS, the ones present
+    kernel: str = ""
+
+    @property
+    def per_sandbox_users(self) -> bool:
+        """Each sandbox gets its own Unix user (needs sudo, useradd / userdel, setpriv)."""
+        return self.sudo and {"useradd", "userdel", "setpriv"} <= set(self.tools)
+
+    @property
+    def has_python3(self) -> bool:
+        return bool(self.python3)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready, for ProbeResult.details and the Host row; facts_from_details reads it."""
+        return asdict(self) | {
+            "tools": list(self.tools),
+            "per_sandbox_users": self.per_sandbox_users,
+        }
+
+
+def parse_facts(text: str) -> HostFacts:
+    """HostFacts from FACTS_SCRIPT's output (its section; text before it is a login banner)."""
+    values: dict[str, str] = {}
+    lines = text.splitlines()
+    if _MARK not in (line.strip() for line in lines):
+        raise ValueError("no facts in the host's answer (cut short?)")
+    start = [line.strip() for line in lines].index(_MARK) + 1
+    for line in lines[start:]:
+        if line.startswith("@@sandhub-probe "):
+            break
+        name, eq, value = line.partition("=")
+        if eq:
+            values[name.strip()] = value.strip()
+    if "user" not in values or "sudo" not in values:
+        raise ValueError("the host's facts are incomplete (cut short?)")
+    return HostFacts(
+        login_user=values["user"],
+        uid=int(values.get("uid") or -1),
+        sudo=values.get("sudo") == "1",
+        systemd=values.get("systemd") == "1",
+        python3=values.get("python3", ""),
+        tools=tuple(t for t in _TOOLS if values.get(f"has_{t}") == "1"),
+        kernel=values.get("kernel", ""),
+    )
+
+
+def facts_from_details(details: Mapping[str, Any]) -> HostFacts | None:
+    """The facts a successful probe put in its details; None if it holds none."""
+    facts = details.get("facts")
+    if not isinstance(facts, Mapping):
+        return None
+    try:
+        return HostFacts(
+            login_user=str(facts["login_user"]),
+            uid=int(facts["uid"]),
+            sudo=bool(facts["sudo"]),
+            systemd=bool(facts["systemd"]),
+            python3=str(facts.get("python3") or ""),
+            tools=tuple(str(t) for t in facts.get("tools") or ()),
+            kernel=str(facts.get("kernel") or ""),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def host_facts(conn: SshConnection, *, timeout: float = PROBE_TIMEOUT) -> HostFacts:
+    """The host's facts (one round trip); raises BackendError when it cannot tell."""
+    result = conn.run(f"/bin/sh -c {shlex.quote(FACTS_SCRIPT)}", timeout=timeout)
+    try:
+        return parse_facts(result.stdout.decode(errors="replace"))
+    except ValueError as exc:
+        said = result.stderr.decode(errors="replace").strip()[:300]
+        raise BackendError(f"{conn.target.where}: {exc}{': ' + said if said else ''}") from None
+
+
+# The number of sandbox directories: what the probe calls sandboxes running there.
+_COUNT_SCRIPT = """\
+echo '@@sandhub-probe sandboxes@@'
+n=0
+for d in "$base"/sb_* "$base"/wp_*; do [ -d "$d" ] && n=$((n + 1)); done
+echo "$n"
+"""
+
+
+def probe(
+    conn: SshConnection,
+    *,
+    base_dir: str = layout.DEFAULT_BASE_DIR,
+    assigned: Mapping[int, int] | None = None,
+    timeout: float = PROBE_TIMEOUT,
+) -> ProbeResult:
+    """Health, load (cpu, memory, GPUs), the host's facts and its sandbox count, in one
+    command. `assigned`: GPU index -> sandboxes Sandhub gave it (they count as busy)."""
+    try:
+        body = FACTS_SCRIPT + _COUNT_SCRIPT + PROBE_SCRIPT
+        base = layout.check_base_dir(base_dir)
+        command = layout.script_command(body, {"base": base}, strict=False)
+        result = conn.run(command, timeout=timeout)
+        text = result.stdout.decode(errors="replace")
+        facts = parse_facts(text)
+        sample = parse_probe_output(text, assigned)
+    except Exception as exc:  # a probe reports, it never raises
+        return ProbeResult(healthy=False, error=str(exc) or type(exc).__name__)
+    count = re.search(r"^@@sandhub-probe sandboxes@@\n(\d+)$", text, re.MULTILINE)
+    details = sample.details() | {
+        "facts": facts.as_dict(),
+        "per_sandbox_users": facts.per_sandbox_users,
+        "sudo": facts.sudo,
+        "systemd": facts.systemd,
+        "python3": facts.has_python3,
+    }
+    return ProbeResult(
+        healthy=True,
+        cpu_percent=sample.cpu_percent,
+        memory_percent=sample.memory_percent,
+        gpu_percent=sample.gpu_percent,
+        sandboxes_running=int(count.group(1)) if count else 0,
+        details=details,
+    )
+
+
+# -- reconciliation ----------------------------------------------------------------------------
+
+# One line per sandbox directory ("D id ctime owner workspace-owner instance") and per
+# sandbox user ("U name home"), tab-separated. ctime, not mtime: a sandbox can set its
+# directory's mtime to any date, its ctime only to now, which can only delay the removal of an
+# orphan.
+_LIST_SCRIPT = """\
+for d in "$base"/sb_* "$base"/wp_*; do
+  [ -d "$d" ] && [ ! -L "$d" ] || continue
+  i=$(head -n 1 "$d/.sandhub/instance" 2>/dev/null | head -c 200) || i=
+  o=$(stat -c %U "$d/workspace" 2>/dev/null) || o=
+  c=$(stat -c '%Z %U' "$d" 2>/dev/null) || c=' '
+  printf 'D\\t%s\\t%s\\t%s\\t%s\\t%s\\n' "${d##*/}" "${c% *}" "${c#* }" "$o" "$i"
+done
+getent passwd | while IFS=: read -r n _ _ _ _ h _; do
+  case $n in sbx-*) printf 'U\\t%s\\t%s\\n' "$n" "$h" ;; esac
+done
+"""
+
+
+def list_managed(
+    conn: SshConnection,
+    base_dir: str,
+    instance: str,
+    *,
+    sudo: bool = False,
+    timeout: float = LIST_TIMEOUT,
+) -> list[ManagedResource]:
+    """Sandbox directories under base_dir made by `instance` (kind "directory"), and the
+    per-sandbox users whose home is in one of them (kind "user"); label_id is the sandbox
+    (or pool) id, created_at the directory's ctime, state what destroy() needs.
+
+    sudo: read as root (per-sandbox users' .sandhub/ is theirs alone); pass facts.sudo.
+    A user whose directory is gone is not listed: its instance cannot be told.
+    """
+    base = layout.check_base_dir(base_dir)
+    command = layout.script_command(_LIST_SCRIPT, {"base": base}, sudo=sudo)
+    result = conn.run(command, timeout=timeout, max_output=64 * 1024 * 1024)
+    if not result.ok:
+        said = result.stderr.decode(errors="replace").strip()[:500]
+        raise BackendError(
+            f"listing sandboxes under {base} on {conn.target.where} failed "
+            f"(exit {result.exit_code}): {said}"
+        )
+    dirs: dict[str, ManagedResource] = {}
+    users: list[tuple[str, str]] = []
+    for line in result.stdout.decode(errors="replace").splitlines():
+        parts = line.split("\t")
+        if parts[0] == "D" and len(parts) == 6:
+            found = _directory(base, parts[1:], instance, conn.target.username)
+            if found is not None:
+                dirs[found.label_id] = found
+        elif parts[0] == "U" and len(parts) == 3:
+            users.append((parts[1], parts[2]))
+    return [*dirs.values(), *_users(users, dirs)]
+
+
+def _directory(
+    base: str, fields: list[str], instance: str, login_user: str
+) -> ManagedResource | None:
+    sandbox_id, ctime, dir_owner, owner, made_by = fields
+    if not layout.SANDBOX_ID_RE.match(sandbox_id) or made_by != instance:
+        return None
+    try:
+        user = layout.user_name(sandbox_id)
+    except layout.LayoutError:
+        user = ""
+    # A sandbox with a user of its own has a directory root owns (shared: the login user's),
+    # which tells it even once its user is gone.
+    own_user = bool(user) and (owner == user or dir_owner == "root")
+    state = layout.make_state(
+        base_dir=base,
+        sandbox_id=sandbox_id,
+        user=user if own_user else login_user,
+        own_user=own_user,
+        limits={"memory_mb": 0, "cpus": 0, "pids": 0},
+        env={},
+    )
+    return ManagedResource(
+        kind="directory",
+        label_id=sandbox_id,
+        name=state["dir"],
+        created_at=float(ctime) if ctime.isdigit() else None,
+        instance=made_by,
+        pool=sandbox_id.startswith("wp_"),
+        running=True,  # a sandbox on an SSH host is up while its directory is there
+        state=state,
+    )
+
+
+def _users(
+    users: list[tuple[str, str]], dirs: Mapping[str, ManagedResource]
+) -> list[ManagedResource]:
+    found = []
+    for name, home in users:
+        sandbox_id = layout.sandbox_id_of_user(name)
+        directory = dirs.get(sandbox_id or "")
+        if directory is None or home != directory.state["workspace"]:
+            continue
+        found.append(
+            ManagedResource(
+                kind="user",
+                label_id=directory.label_id,
+                name=name,
+                created_at=directory.created_at,
+                instance=directory.instance,
+                pool=directory.pool,
+                state={**directory.state, "user": name, "own_user": True},
+            )
+        )
+    return found

@@ -1,0 +1,280 @@
+"""Creating and removing a sandbox on an SSH host: each one shell script, one round trip.
+
+    state = provision(conn, facts, spec, base_dir, instance)   # layout.py describes the tree
+    status(conn, state)                                         # "running" | "missing"
+    destroy(conn, state)                                        # idempotent
+
+provision makes the directory tree, writes `.sandhub/instance` first (so even a sandbox left
+by a dropped connection is found and removed by reconciliation), and, where the login user
+may `sudo -n`, the sandbox's own Unix user; the script undoes what it made on any failure
+(EXIT trap), so a failed provision leaves nothing. It runs as root through sudo when the
+sandbox has its own user, else as the login user.
+
+destroy kills every process of the sandbox (those whose environment carries its
+SANDHUB_SANDBOX_ID marker; with its own user also every process of that uid, at once with
+kill(-1) as that user, which a forking process cannot outrun), waits until none is left,
+removes the files its user left in the shared temporary directories (a later user given the
+same uid would own them), the user, and the directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import posixpath
+import re
+from typing import Any
+
+from hosts.backends.base import BackendError, SandboxGone, SandboxSpec
+from hosts.backends.ssh import layout
+from hosts.backends.ssh.connection import RunResult, SshConnection
+from hosts.backends.ssh.errors import SshError
+from hosts.backends.ssh.hostprobe import HostFacts
+from hosts.backends.ssh.probes import gpu_environment
+
+__all__ = ["destroy", "ensure_present", "provision", "status"]
+
+PROVISION_TIMEOUT = 60.0
+DESTROY_TIMEOUT = 60.0
+STATUS_TIMEOUT = 15.0
+_INSTANCE_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,200}$")
+
+_PROVISION = """\
+fail() { echo "sandhub: $*" >&2; exit 1; }
+made_dir= made_user=
+undo() {
+  rc=$?
+  trap - EXIT
+  set +e
+  if [ "$rc" -ne 0 ]; then
+    if [ -n "$made_user" ]; then userdel "$user" >/dev/null 2>&1; fi
+    if [ -n "$made_dir" ]; then rm -rf -- "$dir"; fi
+  fi
+  exit "$rc"
+}
+trap undo EXIT
+trap 'exit 129' HUP
+trap 'exit 143' TERM
+if [ ! -d "$base" ]; then
+  (umask 022 && mkdir -p -- "$base") || fail "cannot create the base directory $base"
+  chmod 0711 -- "$base"
+  if [ -n "$owner" ]; then chown -- "$owner:" "$base"; fi
+fi
+if ! mkdir -m 0700 -- "$dir" 2>/dev/null; then
+  if [ -e "$dir" ]; then fail "$dir already exists"; fi
+  fail "cannot create $dir: $base is not writable by $(id -un)"
+fi
+made_dir=1
+mkdir -m 0700 -- "$dir/.sandhub"
+printf '%s\\n' "$instance" > "$dir/.sandhub/instance"
+mkdir -m 0700 -- "$dir/workspace" "$dir/.sandhub/jobs"
+if [ -n "$own" ]; then
+  useradd --no-create-home --home-dir "$dir/workspace" --shell /bin/bash --user-group \\
+    --no-log-init --comment "sandhub sandbox $id" -- "$user" >/dev/null \\
+    || fail "cannot create the user $user"
+  made_user=1
+  chown -R -- "$user:$user" "$dir/workspace" "$dir/.sandhub"
+  chmod 0711 -- "$dir"
+  uid=$(id -u -- "$user") gid=$(id -g -- "$user")
+  setpriv --reuid="$uid" --regid="$gid" --clear-groups -- test -w "$dir/workspace" -a \\
+    -x "$dir/workspace" || fail "the sandbox user cannot enter $dir/workspace: $base or a \\
+directory above it is not open to other users (o+x)"
+fi
+echo ok
+"""
+
+_DESTROY = """\
+fail() { echo "sandhub: $*" >&2; exit 1; }
+me=$(id -u) uid= gid=
+if [ "$own" = auto ]; then
+  own=
+  if [ "$me" = 0 ] && id -u -- "$user" >/dev/null 2>&1; then own=1; fi
+fi
+if [ -n "$own" ] && uid=$(id -u -- "$user" 2>/dev/null); then
+  [ "$me" = 0 ] || fail "removing the sandbox user $user needs root (sudo -n)"
+  [ "$uid" != 0 ] || fail "refusing: $user has uid 0"
+  gid=$(id -g -- "$user")
+else
+  uid=
+fi
+marked() {
+  grep -lzxF -- "SANDHUB_SANDBOX_ID=$id" /proc/[0-9]*/environ 2>/dev/null \\
+    | while IFS=/ read -r _ _ p _; do echo "$p"; done
+}
+owned() {
+  if [ -n "$uid" ]; then
+    ps -o stat= -o pid= -u "$uid" -U "$uid" 2>/dev/null | awk '$1 !~ /^Z/ { print $2 }'
+  fi
+}
+n=0
+while :; do
+  pids=$( { marked; owned; } | sort -u | grep -vx -- "$$" || :)
+  [ -n "$pids" ] || break
+  n=$((n + 1))
+  [ "$n" -le 500 ] || fail "processes of sandbox $id outlived SIGKILL for 10 s:" $pids
+  if [ -n "$uid" ]; then
+    setpriv --reuid="$uid" --regid="$gid" --clear-groups -- kill -s KILL -- -1 2>/dev/null || :
+  fi
+  kill -s KILL $pids 2>/dev/null || :
+  sleep 0.02  # for the killed to be gone (zombies are not counted)
+done
+if [ -n "$uid" ]; then
+  # Two levels: its own entries there, and its files in world-writable directories there
+  # (/tmp/.X11-unix, ...); whatever it made deeper lies in a directory of its own.
+  find /tmp /var/tmp /dev/shm -xdev -maxdepth 2 -path "$base" -prune -o -uid "$uid" -print0 \\
+    2>/dev/null | xargs -0r rm -rf -- 2>/dev/null || :
+  userdel -- "$user" >/dev/null 2>&1 || ! id -u -- "$user" >/dev/null 2>&1 \\
+    || fail "cannot remove the user $user: $(userdel -- "$user" 2>&1)"
+fi
+if [ -e "$dir" ] || [ -L "$dir" ]; then
+  rm -rf --one-file-system -- "$dir" 2>/dev/null \\
+    || { chmod -R u+rwX -- "$dir" 2>/dev/null; rm -rf --one-file-system -- "$dir"; } \\
+    || fail "cannot remove $dir"
+fi
+echo ok
+"""
+
+
+def provision(
+    conn: SshConnection,
+    facts: HostFacts,
+    spec: SandboxSpec,
+    base_dir: str,
+    instance: str,
+    *,
+    timeout: float = PROVISION_TIMEOUT,
+) -> dict[str, Any]:
+    """Create the sandbox `spec` describes under base_dir; return its backend state.
+
+    Its own Unix user when facts.per_sandbox_users, else it runs as the login user. Raises
+    BackendError (nothing left behind) when the host refuses.
+    """
+    try:
+        sandbox_id = layout.check_sandbox_id(spec.sandbox_id)
+        base = layout.check_base_dir(base_dir)
+        own = facts.per_sandbox_users
+        state = layout.make_state(
+            base_dir=base,
+            sandbox_id=sandbox_id,
+            user=layout.user_name(sandbox_id) if own else facts.login_user,
+            own_user=own,
+            limits={"memory_mb": spec.memory_mb, "cpus": spec.cpus, "pids": spec.pids_limit},
+            # Placement's GPUs win over the sandbox's env; none given hides every GPU.
+            env={**spec.env, **gpu_environment(spec.gpus)},
+            systemd=facts.systemd and own,
+        )
+    except ValueError as exc:
+        raise BackendError(f"cannot create sandbox {spec.sandbox_id!r}: {exc}") from None
+    if not _INSTANCE_RE.match(instance):
+        raise BackendError(f"malformed instance name {instance[:40]!r}")
+    variables = {
+        "base": base,
+        "dir": state["dir"],
+        "id": sandbox_id,
+        "user": state["user"],
+        "own": "1" if own else "",
+        "owner": facts.login_user if own else "",
+        "instance": instance,
+    }
+    command = layout.script_command(_PROVISION, variables, sudo=own)
+    try:
+        result = conn.run(command, timeout=timeout)
+    except SshError:
+        _undo_quietly(conn, state)  # the script may not have finished, nor undone its part
+        raise
+    if result.exit_code is None:  # killed, its EXIT trap maybe not run
+        _undo_quietly(conn, state)
+    if not result.ok:
+        raise BackendError(_failure(conn, f"creating sandbox {sandbox_id}", result))
+    return state
+
+
+def destroy(
+    conn: SshConnection,
+    state: dict[str, Any],
+    *,
+    base_dir: str = layout.DEFAULT_BASE_DIR,
+    timeout: float = DESTROY_TIMEOUT,
+) -> None:
+    """Kill every process of the sandbox, then remove its user and directory. Idempotent: a
+    sandbox half made, or already gone, is fine. A state of only {"sandbox_id"} is enough
+    (its directory is then taken under base_dir, its own user found if it exists)."""
+    sandbox_id, directory, user, own = _target(state, base_dir)
+    variables = {
+        "base": posixpath.dirname(directory),
+        "dir": directory,
+        "id": sandbox_id,
+        "user": user,
+        "own": own,
+    }
+    if own == "auto":  # not known: as root where sudo works (then its user is looked for)
+        plain = layout.script_command(_DESTROY, variables)
+        command = f"if sudo -n true >/dev/null 2>&1; then sudo -n {plain}; else {plain}; fi"
+    else:
+        command = layout.script_command(_DESTROY, variables, sudo=own == "1")
+    result = conn.run(command, timeout=timeout)
+    if not result.ok:
+        raise BackendError(_failure(conn, f"removing sandbox {sandbox_id}", result))
+
+
+def status(
+    conn: SshConnection, state: dict[str, Any], *, base_dir: str = layout.DEFAULT_BASE_DIR
+) -> str:
+    """ "running" while the sandbox's directory is there, "missing" once it is gone."""
+    directory = _target(state, base_dir)[1]
+    command = layout.script_command(
+        'if [ -d "$dir" ]; then echo yes; else echo no; fi', {"dir": directory}
+    )
+    result = conn.run(command, timeout=STATUS_TIMEOUT)
+    answer = result.stdout.decode(errors="replace").strip().splitlines()
+    if not result.ok or not answer or answer[-1] not in ("yes", "no"):
+        raise BackendError(_failure(conn, "checking a sandbox directory", result))
+    return "running" if answer[-1] == "yes" else "missing"
+
+
+def ensure_present(
+    conn: SshConnection, state: dict[str, Any], *, base_dir: str = layout.DEFAULT_BASE_DIR
+) -> None:
+    """SandboxGone when the sandbox's directory has vanished from the host."""
+    if status(conn, state, base_dir=base_dir) == "missing":
+        raise SandboxGone(
+            f"the directory of sandbox {state.get('sandbox_id')} is gone from {conn.target.where}"
+        )
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+
+def _target(state: dict[str, Any], base_dir: str) -> tuple[str, str, str, str]:
+    """(id, directory, user, own: "1" | "" | "auto") from a state, each checked before it
+    reaches a shell: rm -rf and userdel must only ever meet a sandbox's own."""
+    try:
+        sandbox_id = layout.check_sandbox_id(state.get("sandbox_id"))
+        directory = state.get("dir") or layout.sandbox_dir(base_dir, sandbox_id)
+        if not isinstance(directory, str):
+            raise layout.LayoutError(f"a directory must be a path, not {directory!r}")
+        layout.check_base_dir(posixpath.dirname(directory))
+        own_user_name = layout.user_name(sandbox_id)
+    except ValueError as exc:
+        raise BackendError(f"not a sandbox's state: {exc}") from None
+    if directory != posixpath.normpath(directory) or posixpath.basename(directory) != sandbox_id:
+        raise BackendError(f"not a sandbox directory: {directory!r}")
+    own_user = state.get("own_user")
+    if own_user is None:
+        return sandbox_id, directory, own_user_name, "auto"
+    user = str(state.get("user") or "")
+    if own_user and user != own_user_name:
+        raise BackendError(f"user {user!r} is not the own user of sandbox {sandbox_id}")
+    return sandbox_id, directory, user, "1" if own_user else ""
+
+
+def _undo_quietly(conn: SshConnection, state: dict[str, Any]) -> None:
+    # The connection may be gone: reconciliation then finds the sandbox by its instance file.
+    with contextlib.suppress(BackendError):
+        destroy(conn, state)
+
+
+def _failure(conn: SshConnection, doing: str, result: RunResult) -> str:
+    said = (result.stderr or result.stdout).decode(errors="replace").strip()
+    said = "\n".join(said.splitlines()[-5:])[:800]
+    code = "no exit code" if result.exit_code is None else f"exit {result.exit_code}"
+    return f"{doing} on {conn.target.where} failed ({code}): {said or 'no message'}"

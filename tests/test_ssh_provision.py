@@ -1,0 +1,457 @@
+"""Sandboxes on an SSH host made and removed for real (hosts.backends.ssh: layout, provision,
+hostprobe) through a real sshd on loopback (tests/sshd.py).
+
+Two login users of this file's own (the shared test user of tests/sshd.py is left as it is):
+`sandhub-test-sudo` may `sudo -n` anything (per-sandbox users) and finds the fake nvidia-smi
+(tests/bin, two GPUs: idle, busy) first on its PATH; `sandhub-test-nosudo` may not (every
+sandbox runs as it). Both are created once and kept, like the shared one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import secrets
+import shlex
+import shutil
+import string
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hosts.backends.base import BackendError, SandboxGone, SandboxSpec
+from hosts.backends.ssh import layout
+from hosts.backends.ssh.connection import SshConnection
+from hosts.backends.ssh.hostprobe import (
+    HostFacts,
+    facts_from_details,
+    host_facts,
+    list_managed,
+    probe,
+)
+from hosts.backends.ssh.provision import destroy, ensure_present, provision, status
+from tests.sshd import STATE_DIR, Sshd, ensure_test_user
+
+SUDO_USER, PLAIN_USER = "sandhub-test-sudo", "sandhub-test-nosudo"
+SUDOERS = Path("/etc/sudoers.d/sandhub-test-sudo")
+FAKE_BIN = Path(__file__).resolve().parent / "bin"
+FIXTURES = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "nvidia-smi"
+INSTANCE = "test-instance"
+
+
+def _run(*argv: str) -> str:
+    return subprocess.run(argv, check=True, capture_output=True, text=True, timeout=60).stdout
+
+
+def _set_up_users() -> None:
+    for user in (SUDO_USER, PLAIN_USER):
+        if subprocess.run(["id", "-u", user], capture_output=True).returncode != 0:
+            _run("useradd", "--create-home", "--shell", "/bin/bash", user)
+        _run("usermod", "-p", "*", user)  # no password, yet not locked: sshd lets keys in
+    SUDOERS.write_text(f"{SUDO_USER} ALL=(ALL) NOPASSWD: ALL\n")
+    SUDOERS.chmod(0o440)
+    _run("visudo", "-cf", str(SUDOERS))
+    home = Path(f"/home/{SUDO_USER}")
+    (home / ".bashrc").write_text(f"export PATH={FAKE_BIN}:$PATH\n")
+    state = f"FAKE_NVIDIA_SMI_STATE=idle,busy\nFAKE_NVIDIA_SMI_FIXTURES={FIXTURES}\n"
+    (home / ".fake-nvidia-smi").write_text(state)
+
+
+class ProvisionSshd(Sshd):
+    """The test sshd, also letting this file's two users in (same client keys)."""
+
+    def _write_config(self) -> None:
+        super()._write_config()
+        allow = f"AllowUsers {self.username}"
+        text = self.config_path.read_text().replace(allow, f"{allow} {SUDO_USER} {PLAIN_USER}")
+        self.config_path.write_text(text)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Sshd]:
+    ensure_test_user()
+    with open(STATE_DIR / "provision-lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _set_up_users()
+    sshd = ProvisionSshd().start()
+    try:
+        yield sshd
+    finally:
+        sshd.close()
+
+
+def _login(server: Sshd, user: str) -> Iterator[tuple[SshConnection, HostFacts]]:
+    with SshConnection(server.target(username=user)) as conn:
+        yield conn, host_facts(conn)
+
+
+@pytest.fixture(scope="module")
+def sudo(server: Sshd) -> Iterator[tuple[SshConnection, HostFacts]]:
+    yield from _login(server, SUDO_USER)  # may sudo: sandboxes get users of their own
+
+
+@pytest.fixture(scope="module")
+def plain(server: Sshd) -> Iterator[tuple[SshConnection, HostFacts]]:
+    yield from _login(server, PLAIN_USER)  # may not: sandboxes run as it
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    """A directory of this test's own (open: the no-sudo login user makes its base there);
+    what a failed test left of its sandboxes goes with it."""
+    path = Path(tempfile.mkdtemp(prefix="sandhub-test-", dir="/var/tmp"))
+    path.chmod(0o777)
+    try:
+        yield path
+    finally:
+        for line in _run("getent", "passwd").splitlines():
+            name, home = line.split(":")[0], line.split(":")[5]
+            if name.startswith("sbx-") and home.startswith(f"{path}/"):
+                subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
+                subprocess.run(["userdel", name], capture_output=True)
+        needle = f"SANDHUB_WORKSPACE={path}/".encode()  # no-sudo sandboxes' processes
+        for entry in os.scandir("/proc"):
+            with contextlib.suppress(OSError):
+                if entry.name.isdigit() and needle in Path(entry.path, "environ").read_bytes():
+                    os.kill(int(entry.name), 9)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def base(workdir: Path) -> str:
+    return str(workdir / "base")  # provision makes it
+
+
+def new_id(prefix: str = "sb_") -> str:
+    alphabet = string.ascii_lowercase + string.digits
+    return prefix + "".join(secrets.choice(alphabet) for _ in range(12))
+
+
+def spec(sandbox_id: str | None = None, gpus: tuple[int, ...] = ()) -> SandboxSpec:
+    return SandboxSpec(sandbox_id=sandbox_id or new_id(), image_reference="", cpus=1.5,
+                       memory_mb=512, pids_limit=200, network=True,
+                       env={"GREETING": "hi there"}, gpus=gpus)  # fmt: skip
+
+
+def sh(conn: SshConnection, command: str, *, root: bool = False) -> str:
+    if root:
+        command = f"sudo -n /bin/sh -c {shlex.quote(command)}"
+    result = conn.run(command, timeout=30)
+    assert result.ok, (command, result)
+    return result.stdout.decode()
+
+
+def modes(conn: SshConnection, *paths: str, root: bool = True) -> list[str]:
+    """`mode owner group` of each path, read on the host (by root, or the login user)."""
+    quoted = " ".join(shlex.quote(p) for p in paths)
+    return sh(conn, f"stat -c '%a %U %G' {quoted}", root=root).splitlines()
+
+
+def alive(conn: SshConnection, pid: int) -> bool:
+    """Running (not a zombie: this machine's init does not reap orphans)."""
+    state = conn.run(f"ps -o stat= -p {pid}", timeout=10).stdout.decode().strip()
+    return bool(state) and not state.startswith("Z")
+
+
+def start_detached(conn: SshConnection, state: dict) -> int:
+    """A double-forked sleep of the sandbox, out of its session and ignoring hang-ups."""
+    line = "setsid nohup sleep 1000 >/dev/null 2>&1 & echo $!"
+    return int(sh(conn, layout.as_sandbox(state, line)).strip())
+
+
+def user_exists(conn: SshConnection, name: str) -> bool:
+    return conn.run(f"id -u {name}", timeout=10).ok
+
+
+def timed(call, *args, **kwargs):
+    started = time.perf_counter()
+    result = call(*args, **kwargs)
+    return result, f"{(time.perf_counter() - started) * 1000:.0f} ms"
+
+
+# -- provision and destroy ---------------------------------------------------------------------
+
+
+def test_own_user_sandbox_layout_and_removal(sudo, base):
+    sudo_conn, sudo_facts = sudo
+    assert sudo_facts.per_sandbox_users and sudo_facts.login_user == SUDO_USER
+    state, provision_took = timed(provision, sudo_conn, sudo_facts, spec(), base, INSTANCE)
+    sid, user, meta = state["sandbox_id"], state["user"], state["meta"]
+    assert user == "sbx-" + sid[3:] and state["own_user"] is True
+    assert state["dir"] == f"{base}/{sid}" and state["workspace"] == f"{base}/{sid}/workspace"
+    assert state["limits"] == {"memory_mb": 512, "cpus": 1.5, "pids": 200}
+    assert state["env"]["GREETING"] == "hi there" and state["env"]["CUDA_VISIBLE_DEVICES"] == ""
+    assert modes(sudo_conn, base, state["dir"], state["workspace"], meta, f"{meta}/jobs") == [
+        f"711 {SUDO_USER} {SUDO_USER}", "711 root root", *[f"700 {user} {user}"] * 3,
+    ]  # fmt: skip
+    assert sh(sudo_conn, f"cat {meta}/instance", root=True) == INSTANCE + "\n"
+    entry = sh(sudo_conn, f"getent passwd {user}").strip().split(":")
+    assert entry[5:] == [state["workspace"], "/bin/bash"]
+    assert sh(sudo_conn, f"getent shadow {user}", root=True).split(":")[1].startswith("!")
+
+    said = sh(sudo_conn, layout.as_sandbox(state, "id -un; pwd; env", cwd="/workspace"))
+    lines = said.splitlines()
+    assert lines[:2] == [user, state["workspace"]]
+    assert {f"SANDHUB_SANDBOX_ID={sid}", f"HOME={state['workspace']}", "GREETING=hi there"} <= set(
+        lines
+    )
+    assert not [ln for ln in lines if ln.startswith(("SSH_", "MAIL=", "SUDO_"))], lines
+    limits = sh(sudo_conn, layout.as_sandbox(state, "cat /proc/self/limits")).splitlines()
+    assert f"{512 * 1024 * 1024}" in next(ln for ln in limits if "address" in ln)
+    assert next(ln for ln in limits if "processes" in ln).split()[2:4] == ["200"] * 2
+    # Left in the shared temporary directories, where a later user given its uid would find them.
+    left = [f"/tmp/sandhub-left-{sid}", f"/dev/shm/sandhub-left-{sid}"]
+    sh(sudo_conn, layout.as_sandbox(state, f"echo x > {left[0]}; mkdir {left[1]}; : > {left[1]}/f"))
+    assert all(os.path.exists(path) for path in left)
+
+    _, destroy_took = timed(destroy, sudo_conn, state)
+    assert not user_exists(sudo_conn, user)
+    assert not os.path.lexists(state["dir"]) and os.path.isdir(base)
+    assert not any(os.path.lexists(path) for path in left)
+    print(f"\nown user: provision {provision_took}, destroy {destroy_took}")
+
+
+def test_shared_user_sandbox(plain, base):
+    plain_conn, plain_facts = plain
+    assert not plain_facts.sudo and not plain_facts.per_sandbox_users
+    state, provision_took = timed(
+        provision, plain_conn, plain_facts, spec(gpus=(1,)), base, INSTANCE
+    )
+    assert state["user"] == PLAIN_USER and state["own_user"] is False
+    assert state["env"]["CUDA_VISIBLE_DEVICES"] == "1"
+    paths = (base, state["dir"], state["workspace"], state["meta"])
+    owner = f"{PLAIN_USER} {PLAIN_USER}"
+    assert modes(plain_conn, *paths, root=False) == [f"711 {owner}", *[f"700 {owner}"] * 3]
+    said = sh(plain_conn, layout.as_sandbox(state, ["sh", "-c", 'id -un; echo "$HOME"']))
+    assert said.splitlines() == [PLAIN_USER, state["workspace"]]
+    # One of the sandbox's processes left running, and one of the login user's own.
+    mine = start_detached(plain_conn, state)
+    other = int(sh(plain_conn, "setsid nohup sleep 1000 >/dev/null 2>&1 & echo $!").strip())
+    try:
+        _, destroy_took = timed(destroy, plain_conn, state)
+        assert not alive(plain_conn, mine)
+        assert alive(plain_conn, other), "destroy killed a process that is not the sandbox's"
+        assert not os.path.lexists(state["dir"]) and os.path.isdir(base)
+    finally:
+        subprocess.run(["kill", "-KILL", str(other)])
+    print(f"\nshared user: provision {provision_took}, destroy {destroy_took}")
+
+
+def test_sandboxes_cannot_read_or_signal_each_other(sudo, base):
+    sudo_conn, sudo_facts = sudo
+    a, b = (provision(sudo_conn, sudo_facts, spec(), base, INSTANCE) for _ in range(2))
+    sh(sudo_conn, layout.as_sandbox(b, ["sh", "-c", "echo secret > s"], cwd="/workspace"))
+    sleeper = start_detached(sudo_conn, b)
+    for attempt in (f"cat {b['workspace']}/s", f"ls {b['workspace']}", f"ls {b['meta']}"):
+        result = sudo_conn.run(layout.as_sandbox(a, attempt), timeout=30)
+        assert result.exit_code != 0 and b"Permission denied" in result.stderr, attempt
+    refused = sudo_conn.run(layout.as_sandbox(a, f"kill -KILL {sleeper}"), timeout=30)
+    assert refused.exit_code != 0 and b"not permitted" in refused.stderr
+    assert alive(sudo_conn, sleeper)
+    destroy(sudo_conn, a)
+    assert alive(sudo_conn, sleeper), "destroying A touched B"
+    destroy(sudo_conn, b)
+    assert not alive(sudo_conn, sleeper)
+
+
+# Keeps starting new detached sleeps: destroy must still end with none left.
+RESPAWNER = "setsid sh -c 'while :; do setsid sleep 100 & sleep 0.01; done' >/dev/null 2>&1 &"
+
+
+@pytest.mark.parametrize("own", [True, False], ids=["own-user", "shared-user"])
+def test_destroy_kills_detached_and_respawning_processes(own, request, base):
+    conn, facts = request.getfixturevalue("sudo" if own else "plain")
+    state = provision(conn, facts, spec(), base, INSTANCE)
+    sleeper = start_detached(conn, state)
+    sh(conn, layout.as_sandbox(state, RESPAWNER))
+    time.sleep(0.2)
+    marker = f"SANDHUB_SANDBOX_ID={state['sandbox_id']}"
+    count = f"grep -lzxF {marker} /proc/[0-9]*/environ 2>/dev/null | wc -l"
+    assert int(sh(conn, count, root=own)) >= 3
+    destroy(conn, state)
+    assert not alive(conn, sleeper) and int(sh(conn, count, root=own)) == 0
+    assert user_exists(conn, state["user"]) is not own
+    assert not os.path.lexists(state["dir"])
+    destroy(conn, {"sandbox_id": state["sandbox_id"]}, base_dir=base)  # again, by id only
+
+
+def test_status_and_destroy_of_gone_half_made_and_bare_sandboxes(sudo, base):
+    sudo_conn, sudo_facts = sudo
+    state = provision(sudo_conn, sudo_facts, spec(), base, INSTANCE)
+    destroy(sudo_conn, state)
+    destroy(sudo_conn, state)
+    # Never made at all; made, its directory removed by hand; known only by its id.
+    never_id = new_id()
+    never = {**state, "sandbox_id": never_id, "dir": f"{base}/{never_id}", "own_user": True,
+             "user": layout.user_name(never_id)}  # fmt: skip
+    destroy(sudo_conn, never)
+    half = provision(sudo_conn, sudo_facts, spec(), base, INSTANCE)
+    assert status(sudo_conn, half) == "running"
+    ensure_present(sudo_conn, half)
+    shutil.rmtree(half["dir"])
+    assert status(sudo_conn, half) == "missing"
+    with pytest.raises(SandboxGone):
+        ensure_present(sudo_conn, half)
+    destroy(sudo_conn, half)
+    assert not user_exists(sudo_conn, half["user"])
+    bare = provision(sudo_conn, sudo_facts, spec(), base, INSTANCE)
+    start_detached(sudo_conn, bare)
+    destroy(sudo_conn, {"sandbox_id": bare["sandbox_id"]}, base_dir=base)
+    assert not user_exists(sudo_conn, bare["user"]) and not os.path.lexists(bare["dir"])
+
+
+def test_failed_provision_leaves_nothing(sudo, plain, workdir):
+    (sudo_conn, sudo_facts), (plain_conn, plain_facts) = sudo, plain
+    # The no-sudo user cannot write the base directory: nothing made.
+    root_only = workdir / "root-only"
+    root_only.mkdir(mode=0o755)
+    with pytest.raises(BackendError, match="not writable by sandhub-test-nosudo"):
+        provision(plain_conn, plain_facts, spec(), str(root_only), INSTANCE)
+    assert list(root_only.iterdir()) == []
+    # Half-way: directory and user made, then the user cannot enter its workspace (a closed
+    # directory above the base): both are removed again.
+    closed = workdir / "closed"
+    closed.mkdir(mode=0o700)
+    failing = spec()
+    with pytest.raises(BackendError, match=r"not open to other users \(o\+x\)"):
+        provision(sudo_conn, sudo_facts, failing, str(closed / "base"), INSTANCE)
+    assert list((closed / "base").iterdir()) == []
+    assert not user_exists(sudo_conn, layout.user_name(failing.sandbox_id))
+    # A directory of that id already there is refused and left as it was.
+    taken = spec()
+    (closed / "base" / taken.sandbox_id).mkdir()
+    (closed / "base" / taken.sandbox_id / "keep").write_text("x")
+    with pytest.raises(BackendError, match="already exists"):
+        provision(sudo_conn, sudo_facts, taken, str(closed / "base"), INSTANCE)
+    assert (closed / "base" / taken.sandbox_id / "keep").read_text() == "x"
+
+
+@pytest.mark.parametrize("state", [
+    {"sandbox_id": "sb_abc123; rm -rf /"}, {"sandbox_id": "../sb_abc123"},
+    {"sandbox_id": "sb_abc123", "dir": "/", "own_user": False, "user": "x"},
+    {"sandbox_id": "sb_abc123", "dir": "/var/tmp/sb_other1", "own_user": False},
+    {"sandbox_id": "sb_abc123", "dir": "/var/tmp/x/../sb_abc123", "own_user": False},
+    {"sandbox_id": "sb_abc123", "dir": "/sb_abc123", "own_user": False},
+    {"sandbox_id": "sb_abc123", "dir": "/var/tmp/sb_abc123", "own_user": True, "user": "root"},
+])  # fmt: skip
+def test_states_and_specs_that_never_reach_a_shell(sudo, state, workdir):
+    with pytest.raises(BackendError):
+        destroy(sudo[0], state)
+    with pytest.raises(BackendError, match="malformed sandbox id"):
+        provision(*sudo, spec(state["sandbox_id"].replace("abc", "AbC")), str(workdir), "x")
+    with pytest.raises(BackendError, match="malformed instance"):
+        provision(*sudo, spec(), str(workdir), "two\nlines")
+    assert list(workdir.iterdir()) == []
+
+
+# -- probe and reconciliation ------------------------------------------------------------------
+
+
+def test_probe_with_sudo_and_gpus(sudo, base):
+    sudo_conn, sudo_facts = sudo
+    provision(sudo_conn, sudo_facts, spec(), base, INSTANCE)
+    result, took = timed(probe, sudo_conn, base_dir=base)
+    assert result.healthy, result.error
+    assert 0 <= result.cpu_percent <= 100 and 0 < result.memory_percent <= 100
+    assert result.sandboxes_running == 1
+    details = result.details
+    assert details["sudo"] is True and details["per_sandbox_users"] is True
+    assert details["systemd"] is os.path.isdir("/run/systemd/system")
+    assert details["python3"] is True and details["cpu_count"] == os.cpu_count()
+    assert [g["index"] for g in details["gpus"]] == [0, 1]
+    idle, busy = details["gpus"]
+    assert idle["busy_percent"] < busy["busy_percent"] and "H100" in idle["name"]
+    assert result.gpu_percent is not None and details["gpu_error"] == ""
+    assert facts_from_details(details) == sudo_facts
+    print(f"\nprobe: {took} (0.2 s of it the cpu sampling pause)")
+
+
+def test_probe_without_sudo_nor_gpus_and_of_a_closed_connection(plain, base, server):
+    result = probe(plain[0], base_dir=base)
+    assert result.healthy, result.error
+    assert result.details["sudo"] is False and result.details["per_sandbox_users"] is False
+    assert result.details["gpus"] == [] and result.gpu_percent is None
+    assert result.sandboxes_running == 0 and facts_from_details(result.details) == plain[1]
+    closed = SshConnection(server.target(username=PLAIN_USER))
+    closed.close()
+    result = probe(closed)  # reports, never raises
+    assert not result.healthy and "closed" in result.error
+
+
+@pytest.mark.parametrize("own", [True, False], ids=["own-user", "shared-user"])
+def test_list_managed_finds_ours_only(own, request, base):
+    conn, facts = request.getfixturevalue("sudo" if own else "plain")
+    before = time.time()
+    ours = [provision(conn, facts, spec(), base, INSTANCE) for _ in range(2)]
+    pool = provision(conn, facts, spec(new_id("wp_")), base, INSTANCE)
+    theirs = provision(conn, facts, spec(), base, "another-instance")
+    Path(base, "not-a-sandbox").mkdir()
+    found = list_managed(conn, base, INSTANCE, sudo=facts.sudo)
+    directories = {r.label_id: r for r in found if r.kind == "directory"}
+    assert set(directories) == {s["sandbox_id"] for s in [*ours, pool]}
+    assert directories[pool["sandbox_id"]].pool and not directories[ours[0]["sandbox_id"]].pool
+    for resource in directories.values():
+        assert resource.instance == INSTANCE and before - 2 <= resource.created_at <= time.time()
+        assert resource.state["own_user"] is own
+    users = {r.label_id for r in found if r.kind == "user"}
+    assert users == (set(directories) if own else set())
+    # What reconciliation does with an orphan: destroy() each of its resources' state.
+    for resource in [r for r in found if r.label_id == ours[0]["sandbox_id"]]:
+        destroy(conn, resource.state)
+    assert not os.path.lexists(ours[0]["dir"])
+    assert user_exists(conn, ours[0]["user"]) is not own  # the login user stays
+    assert os.path.isdir(theirs["dir"])
+    if own:  # its user gone (a destroy cut short): still known as its own, still removable
+        _run("userdel", ours[1]["user"])
+    left = list_managed(conn, base, INSTANCE, sudo=facts.sudo)
+    assert {r.label_id for r in left} == {ours[1]["sandbox_id"], pool["sandbox_id"]}
+    (second,) = [r for r in left if r.label_id == ours[1]["sandbox_id"]]
+    assert second.kind == "directory" and second.state["own_user"] is own
+    destroy(conn, second.state)
+    assert not os.path.lexists(ours[1]["dir"])
+
+
+# -- layout (no host) --------------------------------------------------------------------------
+
+STATE = layout.make_state(
+    base_dir="/srv/sb//", sandbox_id="sb_abc123", user="sbx-abc123", own_user=True,
+    limits={"memory_mb": 256, "cpus": 0.5, "pids": 64}, env={"A": "1", "HOME": "/nope"},
+)  # fmt: skip
+WS = "/srv/sb/sb_abc123/workspace"
+
+
+def test_layout_paths_users_and_command_lines():
+    for path, on_host in [("/workspace", WS), ("//workspace/a/./b/", f"{WS}/a/b"),
+                          ("notes", f"{WS}/notes"), ("/workspace/../etc", "/etc"),
+                          ("/workspaces", "/workspaces")]:  # fmt: skip
+        assert layout.host_path(STATE, path) == on_host
+    assert [layout.sandbox_path(STATE, p) for p in (WS, f"{WS}/a", f"{WS}x")] == [
+        "/workspace", "/workspace/a", f"{WS}x"]  # fmt: skip
+    for sandbox_id, user in (("sb_abc123", "sbx-abc123"), ("wp_abc123", "sbx-wp-abc123")):
+        assert layout.user_name(sandbox_id) == user
+        assert layout.sandbox_id_of_user(user) == sandbox_id
+    assert layout.sandbox_id_of_user("sandhub-ssh-test") is None
+    for bad in ("sb_" + "a" * 29, "sb_abc", "sb_abc-12", "root"):  # too long for Linux, ...
+        with pytest.raises(layout.LayoutError):
+            layout.user_name(bad)
+    line = shlex.split(layout.as_sandbox(STATE, ["python3", "-c", "x"], env={"B": "2"}))
+    assert line[:12] == ["sudo", "-n", "-u", "sbx-abc123", "--", "prlimit", "--nproc=64",
+                         f"--as={256 * 1024 * 1024}", "--", "env", "-i", "--"]  # fmt: skip
+    assert line[-3:] == ["python3", "-c", "x"] and "HOME=/nope" not in line
+    assert {"A=1", "B=2", f"HOME={WS}", "SANDHUB_SANDBOX_ID=sb_abc123"} <= set(line)
+    scoped = shlex.split(layout.as_sandbox({**STATE, "systemd": True}, "true"))
+    assert scoped[:8] == ["sudo", "-n", "systemd-run", "--scope", "--quiet", "--collect",
+                          "--uid=sbx-abc123", "--gid=sbx-abc123"]  # fmt: skip
+    assert {"MemoryMax=256M", "CPUQuota=50%", "TasksMax=64"} <= set(scoped)
+    shared = {**STATE, "own_user": False, "user": "login"}
+    assert shlex.split(layout.as_sandbox(shared, "true"))[:3] == ["prlimit", "--as=268435456", "--"]
+    for bad_env in ({"-u": "x"}, {"A=B": "x"}, {"A": "x\x00"}):
+        with pytest.raises(layout.LayoutError):
+            layout.as_sandbox(STATE, "true", env=bad_env)
+    with pytest.raises(layout.LayoutError):
+        layout.as_sandbox(STATE, ["A=1", "true"])
