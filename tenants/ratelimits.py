@@ -128,9 +128,11 @@ def _count(group: str, value: str, limit: int, period: int) -> tuple[int, int]:
     )
     if usage is None:  # RATELIMIT_ENABLE is off
         return 0, 0
-    if usage["time_left"] < 0:  # the cache failed: over the limit (fail closed), no lockout
+    if usage["limit"] == 0:  # the cache failed: over the limit (fail closed), no lockout
         return limit + 2, period
-    return int(usage["count"]), int(usage["time_left"])
+    # time_left is the window's end less the clock read a moment later: -1 when the window
+    # ended in between (it was taken for a cache failure, and refused a legitimate call).
+    return int(usage["count"]), max(int(usage["time_left"]), 1)
 
 
 def _moment(epoch: float) -> str:
