@@ -50,6 +50,7 @@ from sandboxes.services.hosts import (
     set_host_draining,
     sweep_expired_and_idle,
 )
+from sandboxes.services.hostsetup import LoginSecret, add_host, read_host_key
 from sandboxes.services.lifetime import extend_sandbox, extendable_minutes, latest_expiry
 from sandboxes.services.links import FileLink, LinkedFile, create_file_link, open_file_link
 from sandboxes.services.sandboxes import (
@@ -89,6 +90,9 @@ __all__ = [
     "list_hosts",
     "fetch_host_key",
     "confirm_host_key",
+    "LoginSecret",
+    "add_host",
+    "read_host_key",
     "list_sandboxes",
     "open_archive_stream",
     "open_file_link",
