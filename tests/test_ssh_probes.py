@@ -1,5 +1,5 @@
 """Probes of SSH hosts (hosts.backends.ssh.probes): real nvidia-smi outputs of an H100 (idle and
-busy, ../shared/fixtures/nvidia-smi/), this machine's own /proc files, and PROBE_SCRIPT run here
+busy, tests/fixtures/nvidia-smi/), this machine's own /proc files, and PROBE_SCRIPT run here
 under sh with the fake nvidia-smi (tests/bin/nvidia-smi) first on PATH, and without it.
 
 No network, no database: fast.
@@ -22,9 +22,9 @@ from hosts.backends.ssh.probes import CpuTimes, GpuUse, NotEnoughGpus
 
 TESTS = Path(__file__).resolve().parent
 FAKE_BIN = TESTS / "bin"
-FIXTURES = TESTS.parent.parent / "shared" / "fixtures" / "nvidia-smi"
+FIXTURES = TESTS / "fixtures" / "nvidia-smi"
 if not FIXTURES.is_dir():  # the real outputs are the point of these tests: never skip them
-    raise RuntimeError(f"nvidia-smi fixtures missing: {FIXTURES} (../shared/fixtures)")
+    raise RuntimeError(f"nvidia-smi fixtures missing: {FIXTURES}")
 
 H100 = "NVIDIA H100 80GB HBM3"
 UUID = "GPU-11111111-2222-3333-4444-555555555555"

@@ -40,7 +40,7 @@ from tests.sshd import STATE_DIR, Sshd, ensure_test_user
 SUDO_USER, PLAIN_USER = "sandhub-test-sudo", "sandhub-test-nosudo"
 SUDOERS = Path("/etc/sudoers.d/sandhub-test-sudo")
 FAKE_BIN = Path(__file__).resolve().parent / "bin"
-FIXTURES = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "nvidia-smi"
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "nvidia-smi"
 INSTANCE = "test-instance"
 
 
