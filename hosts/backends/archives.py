@@ -151,3 +151,20 @@ def _header(info: tarfile.TarInfo) -> bytes:
 
 def _padding(size: int) -> int:
     return -size % tarfile.BLOCKSIZE
+
+
+# Downloads (both backends): `sh -c TAR_CREATE sandhub-tar PATH DIR NAME` as the sandbox user
+# writes a tar of DIR/NAME to stdout, members named after NAME (as the engine's get_archive
+# named them). Symlinks in DIR are followed (as the sandbox user); NAME itself is not. It
+# exits MISSING_EXIT for a path that is not there, DENIED_EXIT for one the user may not read.
+MISSING_EXIT = 44
+DENIED_EXIT = 13
+TAR_CREATE = r"""
+if ! cd "$2" 2>/dev/null; then
+    [ -d "$2" ] && { echo "permission denied: $1" >&2; exit 13; }
+    echo "no such file or directory: $1" >&2; exit 44
+fi
+[ -e "$3" ] || [ -L "$3" ] || { echo "no such file or directory: $1" >&2; exit 44; }
+[ -L "$3" ] || [ -r "$3" ] || { echo "permission denied: $1" >&2; exit 13; }
+exec tar -cf - --warning=no-file-changed -- "$3"
+"""

@@ -6,6 +6,11 @@ use shell builtins only (dash exits on a failed fork).
 
 from __future__ import annotations
 
+import math
+import re
+
+from hosts.backends.base import BackendError, JobStatus
+
 KILL_AFTER = 2  # seconds between SIGTERM and SIGKILL, for timeouts and cancels alike
 # The end-of-job sweep, as the exec wrapper's (scripts.py): young running holders of the
 # output are spared for up to _SPARE_CS centiseconds while under _SPARE_CPU_MS of CPU; the
@@ -267,3 +272,49 @@ fi
 kill_rounds || { echo "processes of job $job survive SIGKILL" >&2; exit 1; }
 """
 CANCEL = (_SWEEP + _CANCEL).replace("KILL_AFTER", str(KILL_AFTER))
+
+
+# --- reading POLL's answer (both backends) ------------------------------------------------------
+_STATUS = re.compile(r"sandhub-job ([01]) (\S+) (\d{1,19}) (\S+) (\S+) ([01])")
+_MAX_OUTPUT_BYTES = 2**62  # what a poll may claim the log holds (the column is a bigint)
+_MAX_ELAPSED = 10 * 365 * 24 * 3600.0
+
+
+def parse_status(stderr: str, output: bytes) -> JobStatus:
+    """The poll's status line, checked field by field: whatever the sandbox wrote into the
+    job's files, the answer is a status (with `problem` set), never an exception."""
+    for line in reversed(stderr.splitlines()):
+        found = _STATUS.fullmatch(line.strip())
+        if found:
+            break
+    else:
+        raise BackendError(f"unreadable job status: {stderr[-300:]!r}")
+    alive, code, size, start, end, cancelled = found.groups()
+    exit_code, problem = None, ""
+    if code.isdigit() and int(code) <= 255:
+        exit_code = int(code)
+    elif code != "-":
+        problem = (
+            "the job's exit file holds no exit code (it was overwritten from "
+            "inside the sandbox?); the command's exit code is unknown"
+        )
+    started, ended = _seconds(start), _seconds(end)
+    elapsed = ended - started if started is not None and ended is not None else None
+    return JobStatus(
+        # A runner still alive writes the real exit file when the command ends.
+        running=alive == "1" and exit_code is None,
+        exit_code=exit_code,
+        output=output,
+        output_bytes=min(int(size), _MAX_OUTPUT_BYTES),
+        cancelled=cancelled == "1",
+        elapsed_seconds=elapsed if elapsed is not None and 0 <= elapsed <= _MAX_ELAPSED else None,
+        problem=problem,
+    )
+
+
+def _seconds(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None

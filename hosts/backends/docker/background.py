@@ -44,7 +44,6 @@ later).
 
 from __future__ import annotations
 
-import math
 import re
 import time
 from typing import Any
@@ -54,7 +53,7 @@ from django.conf import settings
 from hosts.backends.base import BackendError, HeadTailBuffer, JobStatus, SandboxGone
 from hosts.backends.docker.exec import INTERNAL_TIMEOUT, Commands
 from hosts.backends.docker.names import container_ref
-from hosts.backends.jobscripts import CANCEL, KILL_AFTER, POLL, RUNNER, START
+from hosts.backends.jobscripts import CANCEL, KILL_AFTER, POLL, RUNNER, START, parse_status
 
 __all__ = ["JOBS_DIR", "JOB_ID_RE", "KILL_AFTER", "Jobs"]
 
@@ -65,9 +64,6 @@ _LOG_KEEP_RANGE = (64 * 1024, 256 * 1024 * 1024)  # a part per fork: not too sma
 _START_CAP = 16 * 1024
 _BARE_ATTEMPTS = 10
 _NOT_STARTED = 126  # the exit code of an exec whose process the engine could not start
-_STATUS = re.compile(r"sandhub-job ([01]) (\S+) (\d{1,19}) (\S+) (\S+) ([01])")
-_MAX_OUTPUT_BYTES = 2**62  # what a poll may claim the log holds (the column is a bigint)
-_MAX_ELAPSED = 10 * 365 * 24 * 3600.0
 
 
 def log_keep_bytes() -> int:
@@ -146,7 +142,7 @@ class Jobs:
         )
         if code != 0:
             raise BackendError(f"could not read job {job['job_id']}: {message or code}")
-        return _parse_status(message, output)
+        return parse_status(message, output)
 
     def cancel_background(self, state: dict[str, Any], job: dict[str, Any]) -> None:
         args = [job["dir"], job["job_id"], str(job.get("pid") or "")]
@@ -195,43 +191,3 @@ class Jobs:
                 continue
             return code, errors.getvalue().decode("utf-8", "replace").strip()
         raise BackendError("unreachable")
-
-
-def _parse_status(stderr: str, output: bytes) -> JobStatus:
-    """The poll's status line, checked field by field: whatever the sandbox wrote into the
-    job's files, the answer is a status (with `problem` set), never an exception."""
-    for line in reversed(stderr.splitlines()):
-        found = _STATUS.fullmatch(line.strip())
-        if found:
-            break
-    else:
-        raise BackendError(f"unreadable job status: {stderr[-300:]!r}")
-    alive, code, size, start, end, cancelled = found.groups()
-    exit_code, problem = None, ""
-    if code.isdigit() and int(code) <= 255:
-        exit_code = int(code)
-    elif code != "-":
-        problem = (
-            "the job's exit file in the sandbox holds no exit code (it was overwritten from "
-            "inside the sandbox?); the command's exit code is unknown"
-        )
-    started, ended = _seconds(start), _seconds(end)
-    elapsed = ended - started if started is not None and ended is not None else None
-    return JobStatus(
-        # A runner still alive writes the real exit file when the command ends.
-        running=alive == "1" and exit_code is None,
-        exit_code=exit_code,
-        output=output,
-        output_bytes=min(int(size), _MAX_OUTPUT_BYTES),
-        cancelled=cancelled == "1",
-        elapsed_seconds=elapsed if elapsed is not None and 0 <= elapsed <= _MAX_ELAPSED else None,
-        problem=problem,
-    )
-
-
-def _seconds(text: str) -> float | None:
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None

@@ -56,17 +56,7 @@ echo "no such file or directory: $1" >&2; exit 44
 _LIST_FIELDS = 6
 _KINDS = {"f": "file", "d": "dir", "l": "link"}
 
-# sh -c _TAR sandhub-tar PATH DIR NAME: members named after NAME, as the engine's get_archive
-# named them. Symlinks in DIR are followed (as the sandbox user); NAME itself is not.
-_TAR = r"""
-if ! cd "$2" 2>/dev/null; then
-    [ -d "$2" ] && { echo "permission denied: $1" >&2; exit 13; }
-    echo "no such file or directory: $1" >&2; exit 44
-fi
-[ -e "$3" ] || [ -L "$3" ] || { echo "no such file or directory: $1" >&2; exit 44; }
-[ -L "$3" ] || [ -r "$3" ] || { echo "permission denied: $1" >&2; exit 13; }
-exec tar -cf - --warning=no-file-changed -- "$3"
-"""
+_TAR = archives.TAR_CREATE
 
 # sh -c _PREPARE sandhub-prepare DEST DIR...: DEST's components below /workspace, then each
 # DIR (relative to DEST, parents first) must be a directory or not exist yet.

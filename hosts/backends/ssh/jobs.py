@@ -22,14 +22,13 @@ link polls and cancels a job another process started.
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any
 
 from django.conf import settings
 
 from hosts.backends.base import BackendError, JobStatus
-from hosts.backends.jobscripts import KILL_AFTER, POLL, RUNNER
+from hosts.backends.jobscripts import KILL_AFTER, POLL, RUNNER, parse_status
 from hosts.backends.ssh import layout
 from hosts.backends.ssh.agent_link import SshAgentLink
 
@@ -40,9 +39,6 @@ DEFAULT_LOG_KEEP_BYTES = 4 * 1024 * 1024
 _LOG_KEEP_RANGE = (64 * 1024, 256 * 1024 * 1024)  # a part per fork: not too small
 # A cancel: SIGTERM, KILL_AFTER s of grace, then the sweep (up to its own 10 s limit).
 CANCEL_TIMEOUT = 30.0
-_STATUS = re.compile(r"sandhub-job ([01]) (\S+) (\d{1,19}) (\S+) (\S+) ([01])")
-_MAX_OUTPUT_BYTES = 2**62  # what a poll may claim the log holds (the column is a bigint)
-_MAX_ELAPSED = 10 * 365 * 24 * 3600.0
 
 
 def log_keep_bytes() -> int:
@@ -135,42 +131,3 @@ class SshJobs:
         )
         if not done:
             raise BackendError(f"processes of job {job['job_id']} survive SIGKILL")
-
-
-def parse_status(stderr: str, output: bytes) -> JobStatus:
-    """The poll's status line, checked field by field (as the Docker backend's)."""
-    for line in reversed(stderr.splitlines()):
-        found = _STATUS.fullmatch(line.strip())
-        if found:
-            break
-    else:
-        raise BackendError(f"unreadable job status: {stderr[-300:]!r}")
-    alive, code, size, start, end, cancelled = found.groups()
-    exit_code, problem = None, ""
-    if code.isdigit() and int(code) <= 255:
-        exit_code = int(code)
-    elif code != "-":
-        problem = (
-            "the job's exit file on the host holds no exit code (it was overwritten from "
-            "inside the sandbox?); the command's exit code is unknown"
-        )
-    started, ended = _seconds(start), _seconds(end)
-    elapsed = ended - started if started is not None and ended is not None else None
-    return JobStatus(
-        # A runner still alive writes the real exit file when the command ends.
-        running=alive == "1" and exit_code is None,
-        exit_code=exit_code,
-        output=output,
-        output_bytes=min(int(size), _MAX_OUTPUT_BYTES),
-        cancelled=cancelled == "1",
-        elapsed_seconds=elapsed if elapsed is not None and 0 <= elapsed <= _MAX_ELAPSED else None,
-        problem=problem,
-    )
-
-
-def _seconds(text: str) -> float | None:
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None

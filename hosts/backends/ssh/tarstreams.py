@@ -44,17 +44,7 @@ _DENIED_EXIT = 13  # what _TAR exits with when the sandbox user may not read the
 _LINK_EXIT = 45  # what _PREPARE exits with for a link (or a file) where a directory goes
 _ARGS_BATCH = 64 * 1024  # bytes of paths per _PREPARE call, well under the kernel's limits
 
-# sh -c _TAR sandhub-tar PATH DIR NAME: members named after NAME. Symlinks in DIR are
-# followed (as the sandbox user); NAME itself is not.
-_TAR = r"""
-if ! cd "$2" 2>/dev/null; then
-    [ -d "$2" ] && { echo "permission denied: $1" >&2; exit 13; }
-    echo "no such file or directory: $1" >&2; exit 44
-fi
-[ -e "$3" ] || [ -L "$3" ] || { echo "no such file or directory: $1" >&2; exit 44; }
-[ -L "$3" ] || [ -r "$3" ] || { echo "permission denied: $1" >&2; exit 13; }
-exec tar -cf - --warning=no-file-changed -- "$3"
-"""
+_TAR = archives.TAR_CREATE
 
 # sh -c _PREPARE sandhub WORKSPACE DEST DIR...: DEST's components below WORKSPACE, then each
 # DIR (relative to DEST, parents first) must be a directory or not exist yet.
