@@ -21,7 +21,9 @@ from sandboxes.models import CommandExecution, Sandbox
 from sandboxes.results import UploadFile
 from tenants.models import AuditLog
 from tenants.principal import Principal
+from tests.qcluster import qcluster  # noqa: F401  (the fixture)
 from tests.sshd import Sshd
+from tests.test_background import final_row, wait_for
 from tests.test_ssh_provision import SUDO_USER, ProvisionSshd, server, workdir  # noqa: F401
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -195,3 +197,26 @@ def test_a_changed_host_key_refuses_every_connection_with_an_audit_row(
                 services.create_sandbox(as_alice)  # down, and refused if it were tried
     finally:
         own.close()
+
+
+def test_an_ssh_job_is_recorded_by_the_worker_across_a_worker_crash(
+    pinned: Host, server: Sshd, as_alice, qcluster
+) -> None:
+    info = services.create_sandbox(as_alice)
+    user = Sandbox.objects.get(public_id=info.id).backend_state["user"]
+    try:
+        job = services.start_background(as_alice, info.id, "sleep 4; echo finished; exit 7")
+        lease = wait_for(
+            lambda: CommandExecution.objects.get(pk=job.id).background_state.get("supervisor"),
+            15,
+            "a worker to supervise the command",
+        )
+        qcluster.kill()  # SIGKILL to the whole cluster, mid-supervision
+        assert CommandExecution.objects.get(pk=job.id).status == "running"
+        assert "sleep 4" in outside(server, f"ps -u {user} -o args=")  # the job lives on
+        qcluster.start()
+        row = final_row(job.id, 40)
+        assert (row.status, row.exit_code, row.stdout) == ("failed", 7, "finished\n")
+        assert row.background_state["supervisor"]["pid"] != lease["pid"]
+    finally:
+        services.delete_sandbox(as_alice, info.id)
