@@ -9,8 +9,7 @@ import resource
 import docker
 import pytest
 
-from hosts.backends.docker.exec import Notice
-from hosts.backends.docker.scripts import NOTICE_PREFIX, NOTICE_START
+from hosts.backends.execscripts import NOTICE_PREFIX, NOTICE_START, Notice
 from sandboxes import services
 from sandboxes.errors import BackendFailure, InvalidInput, NotFound, QuotaExceeded
 from sandboxes.models import CommandExecution, Sandbox
@@ -101,7 +100,7 @@ BOMB = "bomb() { bomb | bomb & }; bomb"
 @pytest.fixture(params=[False, True], ids=["per-command-exec", "agent"])
 def command_path(request, settings):
     """Both ways a command reaches a Docker sandbox: one engine exec through the wrapper
-    (hosts/backends/docker/scripts.py), and the sandbox agent where the backend uses one."""
+    (hosts/backends/execscripts.py), and the sandbox agent where the backend uses one."""
     settings.SANDHUB_AGENT = request.param
     return request.param
 

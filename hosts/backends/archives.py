@@ -8,6 +8,9 @@ for symbolic links first. It is then sent (`chunks`) with every member owned by 
 user and without set-id bits, content read from the source `CHUNK` bytes at a time. The
 total size is known in advance, so the sandbox reads exactly that much (`head -c`) and needs
 no end-of-file on its stdin, which a TLS connection to a remote engine cannot half-close.
+
+The shell scripts of downloads (TAR_CREATE) and listings (LIST) that run as the sandbox user
+on the per-command paths (Docker, SSH hosts without python3) are here too.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO
 
-from hosts.backends.base import BackendError
+from hosts.backends.base import BackendError, FileEntry
 
 CHUNK = 64 * 1024
 MAX_MEMBERS = 10_000  # the services send at most 1000 files; headers are kept while planning
@@ -168,3 +171,36 @@ fi
 [ -L "$3" ] || [ -r "$3" ] || { echo "permission denied: $1" >&2; exit 13; }
 exec tar -cf - --warning=no-file-changed -- "$3"
 """
+
+
+# Listings (the per-command paths: Docker, SSH hosts without python3): `sh -c LIST sandhub-ls
+# PATH` as the sandbox user, one find, NUL-separated so any byte may appear in a name; the
+# entries of a directory, or the one entry of anything else. MISSING_EXIT: no such path.
+LIST = r"""
+fmt='%y\0%s\0%T@\0%m\0%f\0%p\0'
+if [ -d "$1" ]; then exec find "$1" -mindepth 1 -maxdepth 1 -printf "$fmt"; fi
+if [ -e "$1" ] || [ -L "$1" ]; then exec find "$1" -maxdepth 0 -printf "$fmt"; fi
+echo "no such file or directory: $1" >&2; exit 44
+"""
+LIST_FIELDS = 6
+_LIST_KINDS = {"f": "file", "d": "dir", "l": "link"}
+
+
+def parse_listing(listing: bytes) -> list[FileEntry]:
+    fields = listing.split(b"\0")
+    if fields and fields[-1] == b"":
+        fields.pop()
+    entries = []
+    for i in range(0, len(fields) - LIST_FIELDS + 1, LIST_FIELDS):
+        kind, size, mtime, mode, name, path = fields[i : i + LIST_FIELDS]
+        entries.append(
+            FileEntry(
+                name=name.decode("utf-8", "backslashreplace"),
+                path=path.decode("utf-8", "backslashreplace"),
+                kind=_LIST_KINDS.get(kind.decode(), "other"),
+                size=int(size),
+                mtime=float(mtime),
+                mode=mode.decode(),
+            )
+        )
+    return entries

@@ -12,7 +12,7 @@ import re
 from hosts.backends.base import BackendError, JobStatus
 
 KILL_AFTER = 2  # seconds between SIGTERM and SIGKILL, for timeouts and cancels alike
-# The end-of-job sweep, as the exec wrapper's (scripts.py): young running holders of the
+# The end-of-job sweep, as the exec wrapper's (execscripts.py): young running holders of the
 # output are spared for up to _SPARE_CS centiseconds while under _SPARE_CPU_MS of CPU; the
 # sweep gives up after _LIMIT_CS; the output keeper is waited for up to _KEEPER_CS.
 _SPARE_CPU_MS = 100

@@ -1,11 +1,11 @@
 """Commands in a Docker sandbox: one engine exec each, its output read as it comes.
 
-Commands run through a small POSIX sh wrapper (scripts.WRAPPER) that enforces the timeout
+Commands run through a small POSIX sh wrapper (execscripts.WRAPPER) that enforces the timeout
 inside the container with coreutils `timeout` and then sweeps up processes the command left
 behind: those still holding its output pipes, and after a timeout also its session and every
 process carrying the exec's marker in its environment. The wrapper returns once they are
 reaped; when it cannot start the command or stop what it left, it says so (a notice on
-stderr and scripts.WRAPPER_FAILED), and that is a BackendError here, never a result: the
+stderr and execscripts.WRAPPER_FAILED), and that is a BackendError here, never a result: the
 engine closes an exec's stream shortly after the wrapper exits, so a command whose leftovers
 outlived it would otherwise pass for one that ended well. The caller keeps its own deadline
 too: if the stream is still open `timeout + _KILL_AFTER + _CLIENT_GRACE` seconds after the
@@ -38,13 +38,13 @@ from hosts.backends.base import (
 )
 from hosts.backends.docker.engine import Engine
 from hosts.backends.docker.names import SANDBOX_USER, container_ref
-from hosts.backends.docker.scripts import (
+from hosts.backends.execscripts import (
     KILL_MARKED,
-    NOTICE_PREFIX,
     NOTICE_SWEEP,
     SWEEP_LIMIT,
     WRAPPER,
     WRAPPER_FAILED,
+    Notice,
 )
 
 logger = logging.getLogger(__name__)
@@ -280,39 +280,6 @@ def _engine_could_not_start(
         and out.total < 1024
         and out.getvalue().startswith(b"OCI runtime exec failed")
     )
-
-
-class Notice:
-    """Finds the wrapper's own failure line in a command's stderr, as it streams past.
-
-    The line (scripts.WRAPPER_FAILED) is `\\n<prefix> <marker> <kind>: <reason>\\n`, written
-    at once; it is looked for in the stream rather than in the kept output, where a chatty
-    leftover process could push it out of the tail.
-    """
-
-    _LINE = 4096  # the wrapper's line is a few hundred bytes; a longer one is not its
-
-    def __init__(self, marker: str) -> None:
-        self._start = f"\n{NOTICE_PREFIX} {marker} ".encode()
-        self._pending = b""  # a possible start of the line, or the line so far
-        self.kind: str | None = None
-        self.reason: str | None = None
-
-    def feed(self, chunk: bytes) -> None:
-        if self.reason is not None:
-            return
-        data = self._pending + chunk
-        at = data.find(self._start)
-        if at < 0:
-            self._pending = data[-(len(self._start) - 1) :]  # the line may start at the end
-            return
-        end = data.find(b"\n", at + len(self._start))
-        if end < 0:
-            self._pending = data[at : at + self._LINE]
-            return
-        line = data[at + len(self._start) : end].decode("utf-8", "replace")
-        kind, _, reason = line.partition(": ")
-        self.kind, self.reason = kind, reason
 
 
 class ExecStream:

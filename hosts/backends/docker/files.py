@@ -46,16 +46,7 @@ _ARGS_BATCH = 64 * 1024  # bytes of paths per _PREPARE call, well under the kern
 # Our scripts' tools, whatever PATH the sandbox's environment sets.
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
 
-# One find per listing, NUL-separated so any byte may appear in a name.
-_LIST = r"""
-fmt='%y\0%s\0%T@\0%m\0%f\0%p\0'
-if [ -d "$1" ]; then exec find "$1" -mindepth 1 -maxdepth 1 -printf "$fmt"; fi
-if [ -e "$1" ] || [ -L "$1" ]; then exec find "$1" -maxdepth 0 -printf "$fmt"; fi
-echo "no such file or directory: $1" >&2; exit 44
-"""
-_LIST_FIELDS = 6
-_KINDS = {"f": "file", "d": "dir", "l": "link"}
-
+_LIST = archives.LIST
 _TAR = archives.TAR_CREATE
 
 # sh -c _PREPARE sandhub-prepare DEST DIR...: DEST's components below /workspace, then each
@@ -216,7 +207,7 @@ class Files:
         if code != 0 and not listing:
             raise BackendError(f"cannot list {path}: {message}")
         # Unreadable subdirectories make find exit 1 but still list the rest: keep what we got.
-        return _parse_listing(listing)
+        return archives.parse_listing(listing)
 
 
 class _Stream(ExecStream):
@@ -298,23 +289,3 @@ def _batches(paths: list[str]) -> list[list[str]]:
         batches[-1].append(path)
         size += len(path) + 1
     return batches
-
-
-def _parse_listing(listing: bytes) -> list[FileEntry]:
-    fields = listing.split(b"\0")
-    if fields and fields[-1] == b"":
-        fields.pop()
-    entries = []
-    for i in range(0, len(fields) - _LIST_FIELDS + 1, _LIST_FIELDS):
-        kind, size, mtime, mode, name, path = fields[i : i + _LIST_FIELDS]
-        entries.append(
-            FileEntry(
-                name=name.decode("utf-8", "backslashreplace"),
-                path=path.decode("utf-8", "backslashreplace"),
-                kind=_KINDS.get(kind.decode(), "other"),
-                size=int(size),
-                mtime=float(mtime),
-                mode=mode.decode(),
-            )
-        )
-    return entries

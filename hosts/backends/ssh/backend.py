@@ -6,6 +6,9 @@
   Unix user where the login user may `sudo -n`;
 - agent_link / jobs / tarstreams: the sandbox agent on an SSH channel, run as the sandbox's
   user, for commands, files and background jobs; tar streams for uploads and downloads;
+- plain: where the login user has no usable python3 (the agent is unavailable), commands,
+  background jobs and listings over plain exec channels instead (setsid nohup jobs with an
+  exit-code file, Docker's per-command scripts); the agent is always tried first;
 - hostprobe / hostkeys: load, GPUs and facts in one round trip; the host key for an admin.
 
 The host is reached only once its key is pinned (Host.host_key_pinned, confirmed in admin);
@@ -31,13 +34,13 @@ from hosts.backends.base import (
     ProbeResult,
     SandboxBackend,
     SandboxSpec,
-    Unsupported,
 )
 from hosts.backends.ssh import hostkeys, hostprobe, layout, provision
 from hosts.backends.ssh.agent_link import SshAgentLink
 from hosts.backends.ssh.connection import SshConnection, SshTarget
 from hosts.backends.ssh.hostprobe import HostFacts
 from hosts.backends.ssh.jobs import SshJobs
+from hosts.backends.ssh.plain import PlainCommands
 from hosts.backends.ssh.pool import pool
 from hosts.backends.ssh.tarstreams import SshTars
 
@@ -46,10 +49,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 DEFAULT_PORT = 22
-NO_PYTHON = (
-    "this SSH host has no usable python3 for the login user: Sandhub runs its sandbox agent "
-    "with it (install python3 on the host)"
-)
 
 
 def parse_endpoint(endpoint: str) -> tuple[str, int]:
@@ -103,6 +102,7 @@ class SshBackend(SandboxBackend):
         self.agents = SshAgentLink(self.connection)
         self.jobs = SshJobs(self.agents)
         self.tars = SshTars(self.agents, self.connection)
+        self.plain = PlainCommands(self.connection)
         self._facts: HostFacts | None = None
 
     def connection(self) -> SshConnection:
@@ -145,17 +145,18 @@ class SshBackend(SandboxBackend):
         stdin: bytes | None = None,
         once: bool = False,
     ) -> ExecResult:
-        return _python(
-            lambda: self.agents.exec(
-                state,
-                _mapped(state, argv),
-                cwd=cwd,
-                env=env,
-                timeout=timeout,
-                output_cap=output_cap,
-                on_output=on_output,
-                stdin=stdin,
-            )
+        mapped = _mapped(state, argv)
+        options: dict[str, Any] = {
+            "cwd": cwd,
+            "env": env,
+            "timeout": timeout,
+            "output_cap": output_cap,
+            "on_output": on_output,
+            "stdin": stdin,
+        }
+        return _either(
+            lambda: self.agents.exec(state, mapped, **options),
+            lambda: self.plain.exec(state, mapped, **options),
         )
 
     def start_background(
@@ -168,19 +169,26 @@ class SshBackend(SandboxBackend):
         job_id: str,
         timeout: float | None = None,
     ) -> dict[str, Any]:
-        return _python(
-            lambda: self.jobs.start_background(
-                state, argv, cwd=cwd, env=env, job_id=job_id, timeout=timeout
-            )
+        options: dict[str, Any] = {"cwd": cwd, "env": env, "job_id": job_id, "timeout": timeout}
+        return _either(
+            lambda: self.jobs.start_background(state, argv, **options),
+            lambda: self.plain.start_background(state, argv, **options),
         )
 
     def poll_background(
         self, state: dict[str, Any], job: dict[str, Any], tail_bytes: int
     ) -> JobStatus:
-        return _python(lambda: self.jobs.poll_background(state, job, tail_bytes))
+        # Either path reads a job either path started: the same files, the same scripts.
+        return _either(
+            lambda: self.jobs.poll_background(state, job, tail_bytes),
+            lambda: self.plain.poll_background(state, job, tail_bytes),
+        )
 
     def cancel_background(self, state: dict[str, Any], job: dict[str, Any]) -> None:
-        _python(lambda: self.jobs.cancel_background(state, job))
+        _either(
+            lambda: self.jobs.cancel_background(state, job),
+            lambda: self.plain.cancel_background(state, job),
+        )
 
     # --- files -------------------------------------------------------------------------------
     def put_files(
@@ -192,7 +200,10 @@ class SshBackend(SandboxBackend):
         return self.tars.get_files(state, path)
 
     def list_dir(self, state: dict[str, Any], path: str) -> list[FileEntry]:
-        return _python(lambda: self.agents.list_dir(state, path))
+        return _either(
+            lambda: self.agents.list_dir(state, path),
+            lambda: self.plain.list_dir(state, path),
+        )
 
     # --- host --------------------------------------------------------------------------------
     def probe(self) -> ProbeResult:
@@ -232,9 +243,10 @@ def _mapped(state: dict[str, Any], argv: list[str]) -> list[str]:
     ]
 
 
-def _python(call: Callable[[], T]) -> T:
-    """call(); AgentUnavailable (no python3 on the host) becomes a clear error for an admin."""
+def _either(agent: Callable[[], T], plain: Callable[[], T]) -> T:
+    """agent(); where the agent cannot run (AgentUnavailable: no usable python3 for the
+    login user, remembered by the link for a while), plain() over plain exec channels."""
     try:
-        return call()
-    except AgentUnavailable as exc:
-        raise Unsupported(NO_PYTHON) from exc
+        return agent()
+    except AgentUnavailable:
+        return plain()

@@ -150,7 +150,8 @@ class Command(BaseCommand):
         self.stdout.write(
             f"  python3: {python}"
             if python
-            else "  python3: MISSING -- commands need it (install python3 on the host)"
+            else "  python3: missing -- each command then costs an SSH exec (no sandbox agent), "
+            "and uploads need python3 (install it on the host)"
         )
         gpus = ", ".join(
             f"{g.index}: {g.name or '?'} {g.busy_percent:.0f}% busy" for g in info.gpus

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 SWEEP_LIMIT = 10.0  # seconds a sweep may take before it reports failure
 # After a command ends, a holder of its output that is running and has had under this much CPU
 # is spared for up to SPARE_SECONDS: `cmd >log &` holds the pipe from the fork until its
-# redirection (as the per-command path's exec wrapper does, docker/scripts.py).
+# redirection (as the per-command path's exec wrapper does, hosts/backends/execscripts.py).
 SPARE_CPU_NS = 100 * 1000 * 1000
 SPARE_SECONDS = 1.0
 

@@ -1,7 +1,9 @@
-"""The shell scripts every command runs inside: the exec wrapper and the kill sweep.
+"""The shell scripts every command of the per-command paths runs inside (Docker exec, plain
+SSH channels where the host has no python3): the exec wrapper and the kill sweep, and the
+reader of the wrapper's own failure line (Notice).
 
-Both are POSIX sh, run as `sh -c SCRIPT NAME ARGS...`, so nothing has to be in the image but
-a shell and coreutils (timeout, base64).
+Both are POSIX sh, run as `sh -c SCRIPT NAME ARGS...`, so nothing has to be on the machine
+but a shell and coreutils (timeout, base64).
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ _SWEEP_SPARE_CPU_MS = 100
 _SWEEP_SPARE_CS = 100
 _SWEEP_SPARE_MAX = 8
 _SWEEP_LIMIT_CS = 1000
-SWEEP_LIMIT = _SWEEP_LIMIT_CS / 100  # seconds; exec.py's own deadline leaves room for it
+SWEEP_LIMIT = _SWEEP_LIMIT_CS / 100  # seconds; the caller's own deadline leaves room
 _SWEEP = r"""
 clock() { read -r now _ < /proc/uptime; now=${now%.*}${now#*.}; }
 marked() {  # $1: /proc/PID. dash's read drops the NULs between variables, hence *...*
@@ -150,7 +152,7 @@ sweep() {
         listed=$cur
     done
 }
-notice() {  # $1 kind, $2 reason: the wrapper's own failure, for exec.py
+notice() {  # $1 kind, $2 reason: the wrapper's own failure, for Notice
     printf '\nNOTICE %s %s: %s\n' "$mark" "$1" "$2" >&2
     exit FAILED
 }
@@ -222,3 +224,36 @@ def _fill(script: str) -> str:
 
 WRAPPER = _fill(WRAPPER)
 KILL_MARKED = _fill(KILL_MARKED)
+
+
+class Notice:
+    """Finds the wrapper's own failure line in a command's stderr, as it streams past.
+
+    The line (WRAPPER_FAILED) is `\\n<prefix> <marker> <kind>: <reason>\\n`, written
+    at once; it is looked for in the stream rather than in the kept output, where a chatty
+    leftover process could push it out of the tail.
+    """
+
+    _LINE = 4096  # the wrapper's line is a few hundred bytes; a longer one is not its
+
+    def __init__(self, marker: str) -> None:
+        self._start = f"\n{NOTICE_PREFIX} {marker} ".encode()
+        self._pending = b""  # a possible start of the line, or the line so far
+        self.kind: str | None = None
+        self.reason: str | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        if self.reason is not None:
+            return
+        data = self._pending + chunk
+        at = data.find(self._start)
+        if at < 0:
+            self._pending = data[-(len(self._start) - 1) :]  # the line may start at the end
+            return
+        end = data.find(b"\n", at + len(self._start))
+        if end < 0:
+            self._pending = data[at : at + self._LINE]
+            return
+        line = data[at + len(self._start) : end].decode("utf-8", "replace")
+        kind, _, reason = line.partition(": ")
+        self.kind, self.reason = kind, reason
