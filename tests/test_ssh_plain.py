@@ -11,7 +11,9 @@ Host and its Credential are unsaved model objects: no database is needed.
 from __future__ import annotations
 
 import hashlib
+import io
 import secrets
+import tarfile
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -22,6 +24,7 @@ from hosts.backends.base import JobStatus
 from hosts.backends.ssh.agent_link import AgentUnavailable, SshAgentLink
 from hosts.backends.ssh.backend import SshBackend
 from hosts.backends.ssh.jobs import SshJobs
+from hosts.backends.ssh.tarstreams import SshTars
 from hosts.models import Credential, Host
 from tests.ssh_agent_fixtures import CAP, remote_processes, wait_for
 from tests.ssh_agent_fixtures import base_dir as base_dir  # noqa: F401 - a fixture
@@ -53,6 +56,7 @@ def backend(sshd: Sshd, base_dir: str) -> Iterator[SshBackend]:  # noqa: F811
     ssh = SshBackend(host)
     ssh.agents = SshAgentLink(ssh.connection, python=ABSENT_PYTHON)
     ssh.jobs = SshJobs(ssh.agents)
+    ssh.tars = SshTars(ssh.agents, ssh.connection)
     yield ssh
     ssh.close()
 
@@ -268,3 +272,23 @@ def test_list_dir(backend: SshBackend, sandbox: dict[str, Any]) -> None:  # noqa
     assert (one.name, one.path, one.size) == ("five", "/workspace/sub/five", 5)
     with pytest.raises(FileNotFoundError):
         backend.list_dir(sandbox, "/workspace/missing")
+
+
+def test_uploads_and_downloads_without_the_agent(
+    backend: SshBackend,
+    sandbox: dict[str, Any],  # noqa: F811
+) -> None:
+    payload = secrets.token_bytes(200_000)
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w") as tar:
+        info = tarfile.TarInfo("deep/er/blob.bin")
+        info.size = len(payload)
+        tar.addfile(info, io.BytesIO(payload))
+    backend.put_files(sandbox, "/workspace", archive.getvalue())
+    stream = backend.get_files(sandbox, "/workspace/deep/er/blob.bin")
+    try:
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream)), mode="r") as tar:
+            member = tar.getmember("blob.bin")
+            assert tar.extractfile(member).read() == payload  # type: ignore[union-attr]
+    finally:
+        stream.close()  # type: ignore[attr-defined]

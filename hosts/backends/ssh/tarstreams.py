@@ -31,7 +31,7 @@ import paramiko
 from hosts.backends import archives
 from hosts.backends.base import BackendError, HeadTailBuffer
 from hosts.backends.ssh import layout
-from hosts.backends.ssh.agent_link import SshAgentLink
+from hosts.backends.ssh.agent_link import AgentUnavailable, SshAgentLink
 from hosts.backends.ssh.connection import SshConnection
 from hosts.backends.ssh.errors import SshConnectionLost, SshError
 from hosts.backends.ssh.transport import exit_status, read_ready
@@ -114,16 +114,25 @@ class SshTars:
         if host_dest == state["workspace"] and not directories:
             return  # the workspace itself: tar -x says it if it is gone
         for batch in _batches(directories) or [[]]:
-            result = self.link.run_script(
-                state, _PREPARE, str(state["workspace"]), host_dest, *batch
-            )
-            message = result.stderr.decode("utf-8", "replace").strip()
-            if result.exit_code == _LINK_EXIT:
+            code, stderr = self._script(state, _PREPARE, str(state["workspace"]), host_dest, *batch)
+            message = stderr.decode("utf-8", "replace").strip()
+            if code == _LINK_EXIT:
                 raise NotADirectoryError(message)
-            if result.exit_code == _MISSING_EXIT:
+            if code == _MISSING_EXIT:
                 self.link.check_gone(state)
-            if result.exit_code != 0:
+            if code != 0:
                 raise BackendError(f"cannot create directory {host_dest}: {message}")
+
+    def _script(self, state: dict[str, Any], script: str, *args: str) -> tuple[int | None, bytes]:
+        """(exit code, stderr) of a helper script as the sandbox user: through its agent, or
+        over a plain channel on a host without python3 for the agent."""
+        try:
+            result = self.link.run_script(state, script, *args)
+            return result.exit_code, result.stderr
+        except AgentUnavailable:
+            line = layout.as_sandbox(state, ["sh", "-c", script, "sandhub", *args], cwd="/")
+            plain = self.connect().run(line, timeout=TRANSFER_TIMEOUT)
+            return plain.exit_code, plain.stderr
 
     def _extract(
         self, state: dict[str, Any], host_dest: str, source: IO[bytes], planned: archives.Plan
