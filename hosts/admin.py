@@ -145,6 +145,8 @@ class HostAdmin(admin.ModelAdmin):
         "idle_score",
         "live_sandboxes",
         "max_sandboxes",
+        "gpu_count",
+        "host_key",
         "last_probe_at",
     ]
     list_filter = ["kind", "enabled", "draining", "healthy", "team"]
@@ -214,6 +216,17 @@ class HostAdmin(admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Host]:
         live = Count("sandboxes", filter=Q(sandboxes__status__in=LIVE_STATUSES))
         return super().get_queryset(request).annotate(_live=live)
+
+    @admin.display(description="host key")
+    def host_key(self, host: Host) -> str:
+        """SSH: whether the key is pinned, and whether the host last presented another."""
+        if host.kind != Host.Kind.SSH:
+            return "—"
+        if not host.host_key_pinned:
+            return "not confirmed: not used" if host.host_key_seen else "not fetched: not used"
+        if host.host_key_seen and host.host_key_seen != host.host_key_pinned:
+            return "CHANGED: refused"
+        return "pinned"
 
     @admin.display(description="live sandboxes", ordering="_live")
     def live_sandboxes(self, host: Host) -> int:

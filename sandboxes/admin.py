@@ -37,6 +37,7 @@ SANDBOX_READONLY_FIELDS = [
     "memory_mb",
     "pids_limit",
     "network",
+    "gpus",
     "env_pretty",
     "backend_state_pretty",
     "command_history",
@@ -69,7 +70,10 @@ class SandboxAdmin(admin.ModelAdmin):
     fieldsets = [
         (None, {"fields": ["public_id", "name", "team", "owner", "host", "image"]}),
         ("State", {"fields": ["status", "status_message", "command_history"]}),
-        ("Limits", {"fields": ["cpus", "memory_mb", "pids_limit", "network", "env_pretty"]}),
+        (
+            "Limits",
+            {"fields": ["cpus", "memory_mb", "pids_limit", "network", "gpus", "env_pretty"]},
+        ),
         (
             "Times",
             {
