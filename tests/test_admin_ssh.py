@@ -5,9 +5,12 @@ stored encrypted, never shown."""
 # ruff: noqa: F811  (fixtures imported from tests/test_admin.py)
 from __future__ import annotations
 
+import pytest
 from django.test import Client
 
 from hosts.models import Credential, Host
+from sandboxes import services
+from sandboxes.errors import PermissionDenied
 from tenants.models import AuditLog
 from tests.test_admin import action, staff_client, superuser, url  # noqa: F401
 
@@ -82,3 +85,19 @@ def test_a_private_keys_passphrase_is_stored_encrypted_and_never_shown(
     page = staff_client.get(url(credential, "change", credential.pk))
     assert b"correct horse" not in page.content
     assert credential.passphrase_encrypted.encode() not in page.content
+
+
+def test_only_platform_admins_fetch_or_confirm_host_keys(as_alice) -> None:
+    host = ssh_host(host_key_seen=SEEN)
+    for call in (
+        lambda: services.fetch_host_key(as_alice, host.pk),
+        lambda: services.confirm_host_key(as_alice, host.pk, SEEN),
+    ):
+        with pytest.raises(PermissionDenied, match="only platform admins"):
+            call()
+    assert Host.objects.get(pk=host.pk).host_key_pinned == ""
+    rows = AuditLog.objects.filter(action__startswith="host.key.").order_by("pk")
+    assert [(r.action, r.outcome) for r in rows] == [
+        ("host.key.fetch", "forbidden"),
+        ("host.key.confirm", "forbidden"),
+    ]
