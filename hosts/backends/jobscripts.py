@@ -274,6 +274,20 @@ kill_rounds || { echo "processes of job $job survive SIGKILL" >&2; exit 1; }
 CANCEL = (_SWEEP + _CANCEL).replace("KILL_AFTER", str(KILL_AFTER))
 
 
+# --- a job request, checked the same way by every path that starts one -----------------------
+JOB_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # the job's directory name and marker value
+
+
+def check_job(argv: list[str], job_id: str, timeout: float | None) -> None:
+    """BackendError for what no start path may be given: it goes into paths and scripts."""
+    if not argv:
+        raise BackendError("empty command")
+    if not JOB_ID_RE.match(job_id):
+        raise BackendError(f"malformed job id {job_id!r}")
+    if timeout is not None and timeout <= 0:
+        raise BackendError("timeout must be positive")
+
+
 # --- reading POLL's answer (both backends) ------------------------------------------------------
 _STATUS = re.compile(r"sandhub-job ([01]) (\S+) (\d{1,19}) (\S+) (\S+) ([01])")
 _MAX_OUTPUT_BYTES = 2**62  # what a poll may claim the log holds (the column is a bigint)

@@ -35,10 +35,10 @@ from hosts.backends.agent.client import (
 )
 from hosts.backends.agent.protocol import BOOTSTRAP
 from hosts.backends.base import BackendError, ExecResult, FileEntry, OutputCallback, SandboxGone
-from hosts.backends.docker.background import JOB_ID_RE, JOBS_DIR, log_keep_bytes
+from hosts.backends.docker.background import JOBS_DIR, log_keep_bytes
 from hosts.backends.docker.engine import Engine
 from hosts.backends.docker.names import SANDBOX_USER, container_ref, names
-from hosts.backends.jobscripts import KILL_AFTER, RUNNER
+from hosts.backends.jobscripts import KILL_AFTER, RUNNER, check_job
 
 __all__ = ["AgentLink", "AgentUnavailable", "DockerTransport"]
 
@@ -346,12 +346,7 @@ class AgentLink:
     ) -> dict[str, Any]:
         """As background.Jobs.start_background, through the agent: the same runner, files
         and job dict, so Jobs.poll_background and cancel_background work on the job."""
-        if not argv:
-            raise BackendError("empty command")
-        if not JOB_ID_RE.match(job_id):
-            raise BackendError(f"malformed job id {job_id!r}")
-        if timeout is not None and timeout <= 0:
-            raise BackendError("timeout must be positive")
+        check_job(argv, job_id, timeout)
         directory = f"{JOBS_DIR}/{job_id}"
         limit = "0" if timeout is None else f"{timeout:.3f}"
         keep = log_keep_bytes()

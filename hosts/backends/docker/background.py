@@ -44,7 +44,6 @@ later).
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
 
@@ -53,12 +52,20 @@ from django.conf import settings
 from hosts.backends.base import BackendError, HeadTailBuffer, JobStatus, SandboxGone
 from hosts.backends.docker.exec import INTERNAL_TIMEOUT, Commands
 from hosts.backends.docker.names import container_ref
-from hosts.backends.jobscripts import CANCEL, KILL_AFTER, POLL, RUNNER, START, parse_status
+from hosts.backends.jobscripts import (
+    CANCEL,
+    JOB_ID_RE,
+    KILL_AFTER,
+    POLL,
+    RUNNER,
+    START,
+    check_job,
+    parse_status,
+)
 
 __all__ = ["JOBS_DIR", "JOB_ID_RE", "KILL_AFTER", "Jobs"]
 
 JOBS_DIR = "/workspace/.sandhub/jobs"  # processes of a job carry SANDHUB_JOB_ID=<job id>
-JOB_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 DEFAULT_LOG_KEEP_BYTES = 4 * 1024 * 1024
 _LOG_KEEP_RANGE = (64 * 1024, 256 * 1024 * 1024)  # a part per fork: not too small
 _START_CAP = 16 * 1024
@@ -88,12 +95,7 @@ class Jobs:
         job_id: str,
         timeout: float | None = None,
     ) -> dict[str, Any]:
-        if not argv:
-            raise BackendError("empty command")
-        if not JOB_ID_RE.match(job_id):
-            raise BackendError(f"malformed job id {job_id!r}")
-        if timeout is not None and timeout <= 0:
-            raise BackendError("timeout must be positive")
+        check_job(argv, job_id, timeout)
         directory = f"{JOBS_DIR}/{job_id}"
         limit = "0" if timeout is None else f"{timeout:.3f}"
         keep = log_keep_bytes()

@@ -22,19 +22,17 @@ link polls and cancels a job another process started.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from django.conf import settings
 
 from hosts.backends.base import BackendError, JobStatus
-from hosts.backends.jobscripts import KILL_AFTER, POLL, RUNNER, parse_status
+from hosts.backends.jobscripts import JOB_ID_RE, KILL_AFTER, POLL, RUNNER, check_job, parse_status
 from hosts.backends.ssh import layout
 from hosts.backends.ssh.agent_link import SshAgentLink
 
 __all__ = ["JOB_ID_RE", "KILL_AFTER", "SshJobs", "parse_status"]
 
-JOB_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 DEFAULT_LOG_KEEP_BYTES = 4 * 1024 * 1024
 _LOG_KEEP_RANGE = (64 * 1024, 256 * 1024 * 1024)  # a part per fork: not too small
 # A cancel: SIGTERM, KILL_AFTER s of grace, then the sweep (up to its own 10 s limit).
@@ -64,12 +62,7 @@ class SshJobs:
         timeout: float | None = None,
     ) -> dict[str, Any]:
         """Start argv detached (SandboxBackend.start_background); the job dict."""
-        if not argv:
-            raise BackendError("empty command")
-        if not JOB_ID_RE.match(job_id):
-            raise BackendError(f"malformed job id {job_id!r}")
-        if timeout is not None and timeout <= 0:
-            raise BackendError("timeout must be positive")
+        check_job(argv, job_id, timeout)
         directory = layout.job_dir(state, job_id)
         limit = "0" if timeout is None else f"{timeout:.3f}"
         keep = log_keep_bytes()

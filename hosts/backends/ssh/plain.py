@@ -56,12 +56,20 @@ from hosts.backends.execscripts import (
     WRAPPER_FAILED,
     Notice,
 )
-from hosts.backends.jobscripts import CANCEL, KILL_AFTER, POLL, RUNNER, START, parse_status
+from hosts.backends.jobscripts import (
+    CANCEL,
+    KILL_AFTER,
+    POLL,
+    RUNNER,
+    START,
+    check_job,
+    parse_status,
+)
 from hosts.backends.ssh import layout
 from hosts.backends.ssh.agent_start import lost
 from hosts.backends.ssh.connection import RunResult, SshConnection
 from hosts.backends.ssh.errors import SshError
-from hosts.backends.ssh.jobs import JOB_ID_RE, log_keep_bytes
+from hosts.backends.ssh.jobs import log_keep_bytes
 
 __all__ = ["MARKER_ENV", "PlainCommands"]
 
@@ -198,12 +206,7 @@ class PlainCommands:
     ) -> dict[str, Any]:
         """Start argv detached (setsid nohup, as on Docker's per-command path); the job dict
         (the agent path's keys: either path polls and cancels it)."""
-        if not argv:
-            raise BackendError("empty command")
-        if not JOB_ID_RE.match(job_id):
-            raise BackendError(f"malformed job id {job_id!r}")
-        if timeout is not None and timeout <= 0:
-            raise BackendError("timeout must be positive")
+        check_job(argv, job_id, timeout)
         directory = layout.job_dir(state, job_id)
         limit = "0" if timeout is None else f"{timeout:.3f}"
         keep = log_keep_bytes()
