@@ -11,6 +11,7 @@ import contextlib
 import os
 import random
 import signal
+import subprocess
 import threading
 import time
 import uuid
@@ -26,7 +27,7 @@ from hosts.backends.agent.client import AgentBroken, AgentClient, NotAFile
 from hosts.backends.agent.sandbox import PARTS, procs, wire
 from hosts.backends.agent.source import agent_source
 from hosts.backends.agent.transports import PipeTransport
-from hosts.backends.base import BackendError, ExecResult, HeadTailBuffer
+from hosts.backends.base import BackendError, ExecResult, HeadTailBuffer, PortClosed
 
 
 # --- the two copies of the protocol, and the bundle ---------------------------------------
@@ -328,3 +329,66 @@ def test_an_agent_that_stops_answering_is_dropped_and_killed(
     finally:
         with contextlib.suppress(OSError):
             os.kill(transport.process.pid, signal.SIGKILL)
+
+
+# --- port streams (the Docker and SSH sides: test_port_streams.py, test_ssh_ports.py) -----
+_LISTEN = (
+    "import socket\ns = socket.create_server(('127.0.0.1', 0))\n"
+    "print(s.getsockname()[1], flush=True)\nc = s.accept()[0]\n"
+)
+_PUSHER = _LISTEN + "while True:\n    c.sendall(b'z' * 65536)\n"
+_ECHO = _LISTEN + "while d := c.recv(65536):\n    c.sendall(d)\n"
+
+
+@contextlib.contextmanager
+def local_server(code: str, **options: Any) -> Iterator[int]:
+    """A python3 server on 127.0.0.1 (its port printed first) run by this machine."""
+    python = "/usr/bin/python3"  # not the virtualenv's: another user may not reach it
+    server = subprocess.Popen([python, "-c", code], stdout=subprocess.PIPE, **options)
+    try:
+        assert server.stdout is not None
+        yield int(server.stdout.readline())
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_a_port_stream_round_trips_and_keeps_its_window(agent: AgentClient) -> None:
+    with local_server(_ECHO) as port:
+        stream = agent.open_port(port)
+        data = os.urandom(3 * protocol.WINDOW)
+        writer = threading.Thread(target=lambda: (stream.write(data), stream.close_write()))
+        writer.start()
+        got = bytearray()
+        while chunk := stream.read(timeout=20):
+            got += chunk
+        writer.join()
+        assert got == data and stream.read() == b""
+        assert agent.ping()["inflight"] == 0 and agent.inflight == 0
+    with local_server(_PUSHER) as port, agent.open_port(port) as stream:
+        for _ in range(200):  # slower than the app writes: what waits is at most the window
+            assert len(stream.read(8192, timeout=20)) > 0
+            assert stream._buffered <= protocol.WINDOW  # type: ignore[attr-defined]
+        with pytest.raises(TimeoutError), agent.open_port(port) as waiting:
+            waiting.read(timeout=0.2)  # accepted by nobody: no byte comes
+
+
+def test_port_refusals_and_close(agent: AgentClient) -> None:
+    with local_server(_PUSHER) as port:
+        stream = agent.open_port(port)
+        assert stream.read(timeout=20)
+        stream.close()
+        stream.close()  # idempotent
+        give_up = time.monotonic() + 20
+        while agent.ping()["inflight"] or agent.inflight:  # the agent closed the connection
+            assert time.monotonic() < give_up
+            time.sleep(0.02)
+    with pytest.raises(PortClosed, match=f"nothing listens on port {port} in the sandbox"):
+        agent.open_port(port)
+    with pytest.raises(BackendError, match="from 1 to 65535"):
+        agent.open_port(0)
+    # A listener of another user (as another sandbox's, on an SSH host's shared loopback).
+    with local_server(_PUSHER, user=65534) as port, pytest.raises(PortClosed) as refused:
+        agent.open_port(port)
+    assert f"port {port} is not this sandbox's" in str(refused.value)
+    assert agent.ping()["inflight"] == 0

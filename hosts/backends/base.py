@@ -31,6 +31,11 @@ class Unsupported(BackendError):
     pass
 
 
+class PortClosed(BackendError):
+    """Nothing listens on that port inside the sandbox (connection refused), or the listener
+    is not the sandbox's own (on a host shared by several sandboxes)."""
+
+
 class HostKeyRejected(BackendError):
     """The host presented a key that is not the pinned one, or none is pinned yet: nothing
     was sent to it. `fingerprint` is what it presented (SHA256:...), for the admin to check."""
@@ -46,6 +51,39 @@ class HostKey:
 
     key_type: str
     fingerprint: str
+
+
+class PortStream(abc.ABC):
+    """A byte stream to 127.0.0.1:PORT inside a sandbox (previews), opened through the
+    backend's own transport, so it works for a sandbox without network.
+
+    One thread may read while another writes. Memory is bounded both ways: `write` blocks
+    while the far side has not taken what was sent (flow control), and the backend buffers at
+    most a window of unread inbound bytes. Errors after opening are BackendError.
+    """
+
+    @abc.abstractmethod
+    def read(self, max_bytes: int = 65536, timeout: float | None = None) -> bytes:
+        """Up to max_bytes as soon as any are there; b"" once the app closed its side.
+        Raises TimeoutError when nothing came within `timeout` seconds (None: wait)."""
+
+    @abc.abstractmethod
+    def write(self, data: bytes) -> None:
+        """Send all of data to the app, blocking while the window is full."""
+
+    @abc.abstractmethod
+    def close_write(self) -> None:
+        """No more data to the app (half-close: it reads end of file)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Close both directions and free the channel; idempotent, never raises."""
+
+    def __enter__(self) -> PortStream:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 @dataclass(frozen=True)
@@ -269,6 +307,12 @@ class SandboxBackend(abc.ABC):
     @abc.abstractmethod
     def list_dir(self, state: dict[str, Any], path: str) -> list[FileEntry]:
         """Entries of a directory, or the one entry of a file."""
+
+    # --- ports -------------------------------------------------------------------------------
+    def open_port(self, state: dict[str, Any], port: int, timeout: float = 5.0) -> PortStream:
+        """A stream to 127.0.0.1:`port` inside the sandbox. Raises PortClosed when nothing
+        (of the sandbox's own) listens there, SandboxGone, or BackendError."""
+        raise Unsupported(f"{self.kind} backend cannot open ports in a sandbox")
 
     # --- host --------------------------------------------------------------------------------
     @abc.abstractmethod

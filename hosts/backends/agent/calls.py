@@ -11,7 +11,14 @@ import time
 from typing import Any, Protocol
 
 from hosts.backends.agent import protocol
-from hosts.backends.base import BackendError, ExecResult, FileEntry, HeadTailBuffer, OutputCallback
+from hosts.backends.base import (
+    BackendError,
+    ExecResult,
+    FileEntry,
+    HeadTailBuffer,
+    OutputCallback,
+    PortClosed,
+)
 
 # After a cancel (the caller's deadline passed), how long the agent has to answer before it
 # is taken for stuck: it kills with SIGTERM, then SIGKILL after kill_after, and sweeps.
@@ -63,6 +70,8 @@ def refusal(body: dict[str, Any]) -> Exception:
     kind, message = str(body.get("kind")), str(body.get("message"))
     if kind in _OS_ERRORS:
         return _OS_ERRORS[kind](message)
+    if kind == protocol.ERR_PORT_CLOSED:
+        return PortClosed(message)
     return AgentRefused(kind, message)
 
 

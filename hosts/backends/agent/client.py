@@ -5,7 +5,7 @@ Docker exec socket, a local pipe), sends the agent's source first, and waits for
 A reader thread then dispatches frames to the calls in flight; any number of threads may
 call at once. Memory stays bounded: live output goes straight to the caller's callback,
 kept output is at most the cap, and inbound data to the agent is sent within a window the
-agent acknowledges (CREDIT).
+agent acknowledges (CREDIT); a port stream's data both ways within windows (ports.py).
 
 Timeouts have two layers: the agent kills a command at its timeout, and the caller keeps its
 own deadline on top (timeout + kill_after + CLIENT_GRACE). A call whose deadline passes is
@@ -24,6 +24,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import IO, Any, Protocol
 
 from hosts.backends.agent import calls, protocol
@@ -35,18 +36,12 @@ from hosts.backends.agent.calls import (
     ExecCall,
     NotAFile,
 )
+from hosts.backends.agent.ports import AgentPortStream, port_request
 from hosts.backends.agent.source import agent_source
-from hosts.backends.base import BackendError, ExecResult, FileEntry, OutputCallback
+from hosts.backends.base import BackendError, ExecResult, FileEntry, OutputCallback, PortStream
 
-__all__ = [
-    "AgentBroken",
-    "AgentClient",
-    "AgentStartFailed",
-    "AgentUnavailable",
-    "ExecCall",
-    "NotAFile",
-    "Transport",
-]
+__all__ = ["AgentBroken", "AgentClient", "AgentStartFailed", "AgentUnavailable"]
+__all__ += ["ExecCall", "NotAFile", "Transport"]
 
 logger = logging.getLogger(__name__)
 
@@ -123,6 +118,11 @@ class AgentClient:
     @property
     def pid(self) -> int | None:
         return self.info.get("pid")
+
+    @property
+    def inflight(self) -> int:  # calls in flight: an open port stream is one
+        with self._lock:
+            return len(self._calls)
 
     def close(self) -> None:
         """Drop the agent: calls in flight fail, and the agent stops their commands."""
@@ -274,6 +274,12 @@ class AgentClient:
         body = {"op": "job_cancel", "job_id": job_id, "dir": directory, "sid": sid, "term": term}
         return bool(self._call(body, lambda rid: Call(self, rid), timeout).body["done"])
 
+    def open_port(self, port: int, timeout: float = 5.0) -> PortStream:
+        """A stream to the sandbox's own listener on the port (ports.py); PortClosed."""
+        stream = self._open(port_request(port, timeout), partial(AgentPortStream, self, port=port))
+        stream.wait_open(timeout)
+        return stream
+
     # --- calls ---------------------------------------------------------------------------------
     def _call(self, body: dict[str, Any], make: Callable[[int], Call], timeout: float) -> Call:
         call = self._open(body, make)
@@ -304,6 +310,10 @@ class AgentClient:
             if rid not in self._calls or self._dead is not None:
                 return
         self._send(protocol.frame(rid, protocol.CANCEL))
+
+    def send_frame(self, packet: bytes) -> None:
+        """One frame to the agent (a port stream's data, ACK, EOF); AgentBroken if it fails."""
+        self._send(packet)
 
     def _send(self, packet: bytes) -> None:
         try:

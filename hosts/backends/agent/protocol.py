@@ -25,6 +25,10 @@ Types (C: client to agent, A: agent to client):
 - HELLO    A  id 0, JSON {"version", "pid", "python", "subreaper"}: the agent is ready.
 - CREDIT   A  4-byte count: the agent consumed that many inbound bytes of the request, so the
               client may send that many more (at most WINDOW unacknowledged per request).
+- ACK      C  4-byte count: the client's reader took that many bytes of a port stream, so the
+              agent may send that many more (at most WINDOW unacknowledged per port request):
+              the other direction's window, so a slow reader never piles data up in the
+              platform's memory.
 
 Operations (REQUEST payloads) and their answers:
 - ping {} -> RESULT {"pid", "inflight"}: answered by the agent's main thread.
@@ -50,6 +54,17 @@ Operations (REQUEST payloads) and their answers:
       RESULT {"count"}. Names that are not UTF-8 travel as surrogate escapes.
 - job_start {"job_id", "dir", "argv", "env"} -> RESULT {"pid"}: argv (the job runner) starts
       detached in a session of its own, stdin /dev/null, stdout and stderr to DIR/log.
+- port {"port", "timeout"}: a TCP connection to 127.0.0.1:PORT (else [::1]:PORT) in the
+      sandbox (previews). Only to a listener of the agent's own uid (the kernel's socket table
+      is read before connecting, and the accepted socket's owner after), since on an SSH
+      host sandboxes of several users share the host's loopback. Refused, or another
+      uid's: ERROR ERR_PORT_CLOSED with the reason.
+      -> DATA CH_PORT_OPEN {"address"} once connected; then DATA CH_PORT both ways: client to
+         app within the CREDIT window, app to client within the ACK window. EOF CH_PORT from
+         the client half-closes the connection (the app reads its end). When the app closes
+         its side, what it sent is delivered, then RESULT {"sent", "received", "reset"}
+         (reset: the app reset the connection, so its data may be cut short). CANCEL closes
+         the connection: RESULT {"cancelled": true, ...}.
 """
 
 from __future__ import annotations
@@ -72,6 +87,7 @@ RESULT = 5
 ERROR = 6
 HELLO = 7
 CREDIT = 8
+ACK = 9
 
 CH_STDIN = 0
 CH_STDOUT = 1
@@ -82,6 +98,8 @@ CH_STDERR_HEAD = 5
 CH_STDERR_TAIL = 6
 CH_FILE = 7
 CH_ENTRIES = 8
+CH_PORT = 9  # a port stream's bytes, both ways
+CH_PORT_OPEN = 10  # A: the port's connection is made
 
 ERR_INVALID = "invalid"  # a malformed request: a bug on the client's side
 ERR_SPAWN = "spawn"  # no new process (or thread) could be made: pids or memory limit full
@@ -92,6 +110,7 @@ ERR_EXISTS = "exists"
 ERR_NOT_A_FILE = "not_a_file"
 ERR_TOO_LARGE = "too_large"
 ERR_INTERNAL = "internal"
+ERR_PORT_CLOSED = "port_closed"  # nothing (of the agent's uid) listens on the port
 
 MARKER_ENV = "SANDHUB_EXEC_ID"  # as the per-command exec path's wrapper sets it
 JOB_ENV = "SANDHUB_JOB_ID"

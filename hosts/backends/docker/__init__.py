@@ -37,6 +37,7 @@ from hosts.backends.base import (
     JobStatus,
     ManagedResource,
     OutputCallback,
+    PortStream,
     ProbeResult,
     SandboxBackend,
     SandboxSpec,
@@ -215,6 +216,18 @@ class DockerBackend(SandboxBackend):
             except AgentUnavailable:
                 pass
         return self.files.list_dir(state, path)
+
+    # --- ports -------------------------------------------------------------------------------
+    def open_port(self, state: dict[str, Any], port: int, timeout: float = 5.0) -> PortStream:
+        # Through the agent whatever the agent setting says: it is the one way into a
+        # sandbox without network that carries a byte stream both ways with flow control.
+        try:
+            return self.agents.open_port(state, port, timeout)
+        except AgentUnavailable as exc:
+            raise Unsupported(
+                f"previews need python3 in the sandbox's image (the sandbox agent carries "
+                f"them): {exc}"
+            ) from exc
 
     # --- host --------------------------------------------------------------------------------
     def probe(self) -> ProbeResult:

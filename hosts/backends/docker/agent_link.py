@@ -34,7 +34,14 @@ from hosts.backends.agent.client import (
     ExecCall,
 )
 from hosts.backends.agent.protocol import BOOTSTRAP
-from hosts.backends.base import BackendError, ExecResult, FileEntry, OutputCallback, SandboxGone
+from hosts.backends.base import (
+    BackendError,
+    ExecResult,
+    FileEntry,
+    OutputCallback,
+    PortStream,
+    SandboxGone,
+)
 from hosts.backends.docker.background import JOBS_DIR, log_keep_bytes
 from hosts.backends.docker.engine import Engine
 from hosts.backends.docker.names import SANDBOX_USER, container_ref, names
@@ -316,6 +323,12 @@ class AgentLink:
 
     def list_dir(self, state: dict[str, Any], path: str) -> list[FileEntry]:
         return self._idempotent(state, lambda c: c.list_dir(path))
+
+    def open_port(self, state: dict[str, Any], port: int, timeout: float) -> PortStream:
+        """A stream to the sandbox's own listener on 127.0.0.1:port, through its agent (so a
+        sandbox without network serves it too); opening is tried again on a new agent if the
+        stream broke. PortClosed: nothing of the sandbox's listens there."""
+        return self._idempotent(state, lambda client: client.open_port(port, timeout))
 
     def write_file(
         self, state: dict[str, Any], path: str, content: bytes | IO[bytes], *, mode: int = 0o644

@@ -30,7 +30,14 @@ from dataclasses import dataclass, field, replace
 from typing import IO, Any, TypeVar
 
 from hosts.backends.agent.client import AgentBroken, AgentClient, AgentUnavailable, ExecCall
-from hosts.backends.base import BackendError, ExecResult, FileEntry, OutputCallback, SandboxGone
+from hosts.backends.base import (
+    BackendError,
+    ExecResult,
+    FileEntry,
+    OutputCallback,
+    PortStream,
+    SandboxGone,
+)
 from hosts.backends.ssh import layout
 from hosts.backends.ssh.agent_start import StartFailed, lost, start_agent
 from hosts.backends.ssh.connection import SshConnection
@@ -150,10 +157,13 @@ class SshAgentLink:
         return agent
 
     def _make_room(self) -> None:
-        """Close the least recently used idle agent if max_agents are live."""
+        """Close the least recently used idle agent if max_agents are live. An agent with a
+        call in flight (an open port stream: a preview being served) is not idle."""
         with self._lock:
             live = {key: a for key, a in self._agents.items() if a.client.alive}
-            idle = [(a.used, key) for key, a in live.items() if a.busy == 0]
+            idle = [
+                (a.used, key) for key, a in live.items() if not a.busy and not a.client.inflight
+            ]
             if len(live) < self.max_agents or not idle:
                 return
             victim = self._agents.pop(min(idle)[1])
@@ -323,6 +333,12 @@ class SshAgentLink:
         """Write a file under /workspace atomically, as the sandbox user; its size."""
         host, root = layout.host_path(state, path), str(state["workspace"])
         return self.call(state, lambda c: c.write_file(host, content, mode=mode, root=root))
+
+    def open_port(self, state: dict[str, Any], port: int, timeout: float) -> PortStream:
+        """A stream to the sandbox's own listener on 127.0.0.1:port on the host, through its
+        agent, which runs as the sandbox's user and refuses a listener of another user
+        (PortClosed); opening is tried again on a new agent if the channel broke."""
+        return self.idempotent(state, lambda client: client.open_port(port, timeout))
 
     def call(self, state: dict[str, Any], operation: Callable[[AgentClient], T]) -> T:
         """operation(the sandbox's agent), once: for what must not run twice (a write, a job

@@ -9,6 +9,8 @@
 - plain: where the login user has no usable python3 (the agent is unavailable), commands,
   background jobs and listings over plain exec channels instead (setsid nohup jobs with an
   exit-code file, Docker's per-command scripts); the agent is always tried first;
+- ports: port streams (previews) without the agent: a direct-tcpip channel, on a host
+  without per-sandbox users only;
 - hostprobe / hostkeys: load, GPUs and facts in one round trip; the host key for an admin.
 
 The host is reached only once its key is pinned (Host.host_key_pinned, confirmed in admin);
@@ -31,11 +33,13 @@ from hosts.backends.base import (
     JobStatus,
     ManagedResource,
     OutputCallback,
+    PortStream,
     ProbeResult,
     SandboxBackend,
     SandboxSpec,
+    Unsupported,
 )
-from hosts.backends.ssh import hostkeys, hostprobe, layout, provision
+from hosts.backends.ssh import hostkeys, hostprobe, layout, ports, provision
 from hosts.backends.ssh.agent_link import SshAgentLink
 from hosts.backends.ssh.connection import SshConnection, SshTarget
 from hosts.backends.ssh.hostprobe import HostFacts
@@ -204,6 +208,23 @@ class SshBackend(SandboxBackend):
             lambda: self.agents.list_dir(state, path),
             lambda: self.plain.list_dir(state, path),
         )
+
+    # --- ports -------------------------------------------------------------------------------
+    def open_port(self, state: dict[str, Any], port: int, timeout: float = 5.0) -> PortStream:
+        """Through the agent (it checks that the listener is the sandbox user's own); where
+        the agent cannot run, a direct-tcpip channel, but only on a host whose sandboxes
+        share the login user: with per-sandbox users, the port on the host's loopback may be
+        another team's sandbox's, and nothing but the agent can tell."""
+        try:
+            return self.agents.open_port(state, port, timeout)
+        except AgentUnavailable as exc:
+            if state.get("own_user") or self.facts().per_sandbox_users:
+                raise Unsupported(
+                    f"previews on {self.connection().target.where} need python3 on the host: "
+                    "its sandboxes have users of their own, and only the sandbox agent can "
+                    f"tell whose listener a port is ({exc})"
+                ) from exc
+        return ports.open_direct(self.connection(), port, timeout)
 
     # --- host --------------------------------------------------------------------------------
     def probe(self) -> ProbeResult:

@@ -1,4 +1,4 @@
-"""The agent: reads frames, runs requests on the worker pool (part 5, the last, of the agent).
+"""The agent: reads frames, runs requests on the worker pool (part 6, the last, of the agent).
 
 Run by protocol.BOOTSTRAP as `__sandhub_agent__`. At the end of its input (the platform
 closed the stream, or went away) it stops every command still running, since nobody waits
@@ -26,8 +26,10 @@ from .files import (
     op_read,
     op_write,
 )
+from .ports import op_port
 from .procs import SWEEP_LIMIT
 from .wire import (
+    ACK,
     CANCEL,
     CHUNK,
     DATA,
@@ -66,6 +68,7 @@ class Agent:
             "kill_agent": op_kill_agent,
             "kill_marked": op_kill_marked,
             "list": op_list,
+            "port": op_port,
             "read": op_read,
             "write": op_write,
         }
@@ -119,6 +122,8 @@ class Agent:
             request.end_input()
         elif kind == CANCEL:
             request.cancel()
+        elif kind == ACK and len(payload) == 4:
+            request.ack(int.from_bytes(payload, "big"))
 
     def run(self, request: Request, handler: Callable[[Request], dict[str, Any]] | None) -> None:
         try:

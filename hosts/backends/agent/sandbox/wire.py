@@ -21,13 +21,14 @@ HEADER = struct.Struct("!IIB")
 MAX_PAYLOAD = 1024 * 1024
 CHUNK = 256 * 1024
 WINDOW = 1024 * 1024
-REQUEST, DATA, EOF, CANCEL, RESULT, ERROR, HELLO, CREDIT = 1, 2, 3, 4, 5, 6, 7, 8
+REQUEST, DATA, EOF, CANCEL, RESULT, ERROR, HELLO, CREDIT, ACK = 1, 2, 3, 4, 5, 6, 7, 8, 9
 CH_STDIN, CH_STDOUT, CH_STDERR = 0, 1, 2
 CH_STDOUT_HEAD, CH_STDOUT_TAIL, CH_STDERR_HEAD, CH_STDERR_TAIL = 3, 4, 5, 6
-CH_FILE, CH_ENTRIES = 7, 8
+CH_FILE, CH_ENTRIES, CH_PORT, CH_PORT_OPEN = 7, 8, 9, 10
 ERR_INVALID, ERR_SPAWN, ERR_NOT_FOUND = "invalid", "spawn", "not_found"
 ERR_PERMISSION, ERR_NOT_A_DIRECTORY, ERR_EXISTS = "permission", "not_a_directory", "exists"
 ERR_NOT_A_FILE, ERR_TOO_LARGE, ERR_INTERNAL = "not_a_file", "too_large", "internal"
+ERR_PORT_CLOSED = "port_closed"
 MARKER_ENV, JOB_ENV = "SANDHUB_EXEC_ID", "SANDHUB_JOB_ID"
 
 SPAWN_PATIENCE = 2.0  # seconds to retry a fork refused for want of pids or memory
@@ -88,6 +89,7 @@ class Request:
         self.cond = threading.Condition()
         self.inbound: collections.deque[bytes] = collections.deque()
         self.eof = self.cancelled = False
+        self.acked = 0  # outbound bytes the client took (ACK): a port stream's window
         self.wake_fd = -1  # the write end of an exec loop's wake-up pipe
         self.outbox: list[bytes] = []  # frames sent together with the RESULT
 
@@ -110,6 +112,11 @@ class Request:
 
     def cancel(self) -> None:
         self.cancelled = True
+        self.poke()
+
+    def ack(self, count: int) -> None:
+        with self.cond:
+            self.acked += count
         self.poke()
 
     def take(self) -> bytes | None:
