@@ -58,22 +58,27 @@ def register(mcp: FastMCP) -> None:
 
     @mcp.prompt(
         name="deploy-to-sandbox",
-        description="Put an application into a sandbox, install it, start it and check it.",
+        description="Put a web application into a sandbox, start it and open it in a browser.",
     )
     def deploy_to_sandbox(
         app: Annotated[str, Field(description="The application directory or files.")] = ".",
         start_command: Annotated[
             str, Field(description="How to start it, e.g. 'python3 -m http.server 8000'.")
         ] = "",
+        port: Annotated[
+            int, Field(description="The port it listens on inside the sandbox.", ge=1, le=65535)
+        ] = 8000,
     ) -> str:
-        start = start_command or "the application's usual start command"
+        start = start_command or f"the application's usual start command (serving on {port})"
         return (
-            f"Deploy {app} into a Sandhub sandbox.\n"
+            f"Deploy {app} into a Sandhub sandbox and open it.\n"
             "1. create_sandbox with a lifetime_minutes that covers the need.\n"
-            f"2. upload_files with {app}'s files; install_packages with its dependencies.\n"
-            f"3. Start it in the background with run_command: 'nohup {start} > app.log 2>&1 &'.\n"
-            "4. Check it answers (run_command with curl or python3 against localhost) and "
-            "read app.log with read_file.\n"
-            "5. Report the sandbox id and how to reach the application; leave the sandbox "
-            "running."
+            f"2. If it has dependencies, upload its requirements and install_packages.\n"
+            f"3. deploy_app with files: {app}'s files (relative paths kept), command: {start} "
+            f"(in the foreground, no '&' or nohup), port: {port}. It waits until the port "
+            "answers and returns the URL.\n"
+            "4. If deploy_app fails, read the log tail in its error, fix the cause (write_file) "
+            "and deploy_app again (it replaces the app on that port).\n"
+            "5. Report the URL (get_preview_url makes a new one when its token expires) and the "
+            "sandbox id; leave the sandbox running. stop_app stops the app."
         )

@@ -19,6 +19,7 @@ from mcp_bridge import (
     tools_background,
     tools_commands,
     tools_files,
+    tools_previews,
     tools_sandboxes,
 )
 from mcp_bridge.refusals import RefusalAudit
@@ -29,8 +30,10 @@ code in. Typical use: create_sandbox (it becomes your selected sandbox, so later
 omit sandbox_id), upload_files, run_command / run_python / run_tests, read_file or
 download_files, then delete_sandbox. run_once does create-run-delete in one call. For long
 jobs (servers, builds) start_background returns a task id at once; follow it with
-check_background, stop it with cancel_background. Sandboxes have no network unless your team
-allows it. Errors say what to change.
+check_background, stop it with cancel_background. To run a web app and open it in a browser,
+deploy_app starts it and returns its URL (get_preview_url for an app already running,
+stop_app to stop it); previews work even without network. Sandboxes have no network unless
+your team allows it. Errors say what to change.
 """
 
 
@@ -60,6 +63,7 @@ def build_server(auth: AuthProvider | None = None) -> FastMCP:
     tools_commands.register(mcp)
     tools_background.register(mcp)
     tools_files.register(mcp)
+    tools_previews.register(mcp)
     resources.register(mcp)
     prompts.register(mcp)
     _serve_input_schemas(mcp)
@@ -71,7 +75,7 @@ def _serve_input_schemas(mcp: FastMCP) -> None:
 
     On the 2026-07-28 protocol the SDK checks every tools/call's Mcp-Param-* headers against
     the tool's schema before dispatching; without this lookup it runs a whole tools/list for
-    that, through FastMCP, which builds all 20 schemas anew: about 40% of the web process's
+    that, through FastMCP, which builds all 23 schemas anew: about 40% of the web process's
     CPU per command under load. The tools are fixed once registered, so their schemas are.
     """
     with ThreadPoolExecutor(max_workers=1) as pool:  # works whether or not a loop is running

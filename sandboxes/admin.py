@@ -1,4 +1,5 @@
-"""Admin for the product: sandboxes (delete through the service) and the command history."""
+"""Admin for the product: sandboxes (delete through the service), the command history, the
+warm pool and previews (read-only)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from sandboxes.errors import InvalidInput
 from sandboxes.models import (
     CommandExecution,
     CommandStatus,
+    Preview,
     Sandbox,
     SandboxStatus,
     WarmContainer,
@@ -304,5 +306,38 @@ class WarmContainerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "created_at",
         "ready_at",
         "claimed_at",
+    )
+    readonly_fields = fields
+
+
+@admin.register(Preview)
+class PreviewAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Previews, read-only: opened and stopped through the services (deploy_app,
+    get_preview_url, stop_app), which authorize and audit each."""
+
+    list_display = [
+        "id",
+        "sandbox",
+        "port",
+        "public",
+        "created_by",
+        "created_at",
+        "stopped_at",
+        "stop_reason",
+        "command",
+    ]
+    list_filter = ["public", "created_at", ("stopped_at", admin.EmptyFieldListFilter)]
+    search_fields = ["sandbox__public_id", "created_by__username", "port"]
+    date_hierarchy = "created_at"
+    list_select_related = ["sandbox", "created_by", "command"]
+    fields = (
+        "sandbox",
+        "port",
+        "public",
+        "created_by",
+        "created_at",
+        "stopped_at",
+        "stop_reason",
+        "command",
     )
     readonly_fields = fields

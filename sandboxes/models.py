@@ -1,4 +1,4 @@
-"""The product: sandboxes and the history of every command run in them."""
+"""The product: sandboxes, the history of every command run in them, their previews."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import secrets
 import string
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -247,3 +248,63 @@ class WarmContainer(models.Model):
 
     def __str__(self) -> str:
         return f"{self.pool_id} ({self.status})"
+
+
+class PreviewQuerySet(models.QuerySet):
+    def open(self):
+        return self.filter(stopped_at__isnull=True)
+
+    def stop(self, reason: str) -> int:
+        """Mark the open ones stopped (their tokens die with them); how many were open."""
+        return self.open().update(stopped_at=timezone.now(), stop_reason=reason[:200])
+
+    def stop_where_sandbox_stopped(self) -> int:
+        """Close open previews whose sandbox no longer runs (deleted, expired, idle, lost):
+        the proxy serves none of them anyway; this keeps the record right."""
+        stale = self.open().exclude(sandbox__status=SandboxStatus.RUNNING)
+        return stale.stop("its sandbox stopped")
+
+
+class Preview(models.Model):
+    """A port of a sandbox reachable through the platform (sandboxes/services/previews.py).
+
+    Open while stopped_at is null: at most one open preview per sandbox and port. Its tokens
+    name its id, so a stopped preview's tokens are dead even if the port is opened again.
+    `command` is the background job deploy_app started for it, if any (stopped with it).
+    """
+
+    sandbox = models.ForeignKey(Sandbox, on_delete=models.CASCADE, related_name="previews")
+    port = models.PositiveIntegerField(validators=[MinValueValidator(1), MaxValueValidator(65535)])
+    public = models.BooleanField(
+        default=False, help_text="Anyone with the address may open it (if the team allows)."
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    stopped_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    stop_reason = models.CharField(max_length=200, blank=True)
+    command = models.ForeignKey(
+        CommandExecution,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="previews",
+        help_text="The background command serving it (deploy_app).",
+    )
+
+    objects = PreviewQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["sandbox", "port"],
+                condition=Q(stopped_at__isnull=True),
+                name="one_open_preview_per_port",
+            )
+        ]
+
+    def __str__(self) -> str:
+        state = "open" if self.stopped_at is None else "stopped"
+        return f"{self.sandbox.public_id}:{self.port} ({state})"

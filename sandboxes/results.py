@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sandboxes.errors import InvalidInput
 
 if TYPE_CHECKING:
-    from sandboxes.models import CommandExecution, Sandbox
+    from sandboxes.models import CommandExecution, Preview, Sandbox
 
 
 class Result(BaseModel):
@@ -282,6 +282,54 @@ class FileStream(Iterator[bytes]):
             raise errors[0]
 
 
+# --- previews --------------------------------------------------------------------------------
+
+
+class PreviewInfo(Result):
+    """A port of a sandbox reachable through the platform."""
+
+    id: int = Field(description="the preview's id (its tokens name it)")
+    sandbox_id: str
+    port: int
+    public: bool = Field(description="anyone with the address may open it, no token needed")
+    created_by: str | None
+    created_at: datetime
+    stopped_at: datetime | None = Field(description="null while it is open")
+    command_id: int | None = Field(description="the background command serving it (deploy_app)")
+
+    @classmethod
+    def from_model(cls, preview: Preview) -> PreviewInfo:
+        return cls.read(
+            preview,
+            sandbox_id=preview.sandbox.public_id,
+            created_by=preview.created_by.get_username() if preview.created_by else None,
+        )
+
+
+class PreviewLink(Result):
+    """An open preview and a token that opens it without a session, until expires_at."""
+
+    sandbox_id: str
+    port: int
+    preview_id: int
+    public: bool = Field(description="anyone with the address may open it, no token needed")
+    token: str = Field(description="signed; valid for this preview only, until expires_at")
+    expires_at: datetime
+
+
+class DeployedApp(Result):
+    """An app started as a background command, answering on its port, with its preview."""
+
+    sandbox_id: str
+    port: int
+    preview_id: int
+    command_id: int = Field(
+        description="its background command: check_background / cancel_background take it"
+    )
+    token: str = Field(description="signed; valid for this preview only, until expires_at")
+    expires_at: datetime
+
+
 # --- workflows -------------------------------------------------------------------------------
 
 
@@ -321,12 +369,15 @@ class RunOnceResult(Result):
 __all__ = [
     "BackgroundCheck",
     "CommandResult",
+    "DeployedApp",
     "FileContent",
     "FileEntry",
     "FileStream",
     "GpuInfo",
     "HostInfo",
     "HostKeyInfo",
+    "PreviewInfo",
+    "PreviewLink",
     "Result",
     "RunOnceResult",
     "SandboxInfo",

@@ -71,9 +71,10 @@ class TeamAdmin(admin.ModelAdmin):
         "max_disk_mb_per_sandbox",
         "max_lifetime_minutes",
         "allow_network",
+        "allow_public_previews",
         "created_at",
     ]
-    list_filter = ["allow_network", "created_at"]
+    list_filter = ["allow_network", "allow_public_previews", "created_at"]
     search_fields = ["slug", "name"]
     prepopulated_fields = {"slug": ["name"]}
     readonly_fields = ["created_at"]
@@ -89,6 +90,16 @@ class TeamAdmin(admin.ModelAdmin):
                     "max_memory_mb_per_sandbox",
                     "max_disk_mb_per_sandbox",
                     "allow_network",
+                ]
+            },
+        ),
+        (
+            "Previews",
+            {
+                "fields": [
+                    "allowed_preview_ports",
+                    "max_previews_per_sandbox",
+                    "allow_public_previews",
                 ]
             },
         ),

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 
@@ -16,6 +19,34 @@ class Role(models.TextChoices):
 
 # Roles that may change things (create, run, write, delete); a viewer only reads.
 WRITE_ROLES = frozenset({Role.OWNER, Role.ADMIN, Role.MEMBER})
+
+
+DEFAULT_PREVIEW_PORTS = "1024-65535"
+_PORT_RANGE = re.compile(r"^([0-9]{1,5})(?:\s*-\s*([0-9]{1,5}))?$")
+
+
+def parse_port_ranges(text: str) -> list[tuple[int, int]]:
+    """Ports written as "1024-65535" or "3000, 8000-8100", as inclusive (low, high) ranges;
+    ValueError says what is wrong. Empty text allows no port at all."""
+    ranges = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        match = _PORT_RANGE.match(part)
+        if match is None:
+            raise ValueError(f"{part!r} is not a port or a range of ports like 8000-8100")
+        first, last = int(match[1]), int(match[2] or match[1])
+        if not 1 <= first <= last <= 65535:
+            raise ValueError(f"{part!r}: ports are 1 to 65535, the lower one first")
+        ranges.append((first, last))
+    return ranges
+
+
+def validate_port_ranges(text: str) -> None:
+    try:
+        parse_port_ranges(text)
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from exc
 
 
 class Channel(models.TextChoices):
@@ -45,6 +76,24 @@ class Team(models.Model):
     allow_network = models.BooleanField(
         default=False, help_text="Whether this team's sandboxes may reach the network."
     )
+    # Previews (sandboxes.services.previews): which ports of a sandbox may be reached through
+    # the platform, how many at once, and whether a team admin may open one to everyone.
+    allowed_preview_ports = models.CharField(
+        max_length=200,
+        default=DEFAULT_PREVIEW_PORTS,
+        blank=True,
+        validators=[validate_port_ranges],
+        help_text="Ports of a sandbox that may be previewed: ports and ranges, e.g. "
+        "'3000, 8000-8100'. Empty: none.",
+    )
+    max_previews_per_sandbox = models.PositiveIntegerField(
+        default=5, help_text="Open previews per sandbox at once."
+    )
+    allow_public_previews = models.BooleanField(
+        default=False,
+        help_text="Whether the team's owners and admins may open a preview to anyone with "
+        "its address (no sign-in, no token).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -52,6 +101,13 @@ class Team(models.Model):
 
     def __str__(self) -> str:
         return self.slug
+
+    def allows_preview_port(self, port: int) -> bool:
+        try:
+            ranges = parse_port_ranges(self.allowed_preview_ports)
+        except ValueError:  # saved around the validator: allow nothing rather than guess
+            return False
+        return any(low <= port <= high for low, high in ranges)
 
 
 class Membership(models.Model):

@@ -89,6 +89,8 @@ def fake_backend(settings, docker_host, image):
     settings.SANDHUB_BACKENDS = {"docker": "tests.fakes.FakeBackend"}
     reset_backends()
     FakeBackend.sandboxes = {}
+    FakeBackend.ports = {}
+    FakeBackend.apps = {}
     FakeBackend.fail_provision = None
     yield FakeBackend
     reset_backends()

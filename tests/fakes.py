@@ -7,6 +7,7 @@ import io
 import itertools
 import posixpath
 import shlex
+import socket
 import tarfile
 import time
 from collections.abc import Iterator
@@ -22,11 +23,48 @@ from hosts.backends.base import (
     HeadTailBuffer,
     JobStatus,
     ManagedResource,
+    PortClosed,
+    PortStream,
     ProbeResult,
     SandboxBackend,
     SandboxGone,
     SandboxSpec,
 )
+
+
+class SocketPortStream(PortStream):
+    """A PortStream over a real loopback TCP connection (the fake's open_port)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.closed = False
+
+    def read(self, max_bytes: int = 65536, timeout: float | None = None) -> bytes:
+        self.sock.settimeout(timeout)
+        try:
+            return self.sock.recv(max_bytes)
+        except TimeoutError:  # socket.timeout is TimeoutError: said so, as the interface does
+            raise TimeoutError(f"nothing came within {timeout} s") from None
+        except OSError as exc:
+            raise BackendError(f"port stream: {exc}") from exc
+
+    def write(self, data: bytes) -> None:
+        self.sock.settimeout(None)
+        try:
+            self.sock.sendall(data)
+        except OSError as exc:
+            raise BackendError(f"port stream: {exc}") from exc
+
+    def close_write(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+        except OSError as exc:
+            raise BackendError(f"port stream: {exc}") from exc
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.sock.close()
 
 
 class FakeBackend(SandboxBackend):
@@ -105,7 +143,8 @@ class FakeBackend(SandboxBackend):
         return b"", f"fake: {words[0]}: command not found\n".encode(), 127, False
 
     # --- background jobs: a plan of timed output, run against the wall clock ---------------
-    # `sleep N` steps advance the job's clock, `exit N` ends it, everything else prints (via
+    # `sleep N` steps advance the job's clock, `exit N` ends it, `serve PORT` makes the job
+    # an app listening on PORT while it runs (see open_port), everything else prints (via
     # _interpret) at the time it is reached; steps are separated by `;`. A job past its timeout
     # ends with 124, as the real runner's `timeout` makes it, unless enforce_job_timeouts is off
     # (to test the supervisor's own kill).
@@ -126,6 +165,7 @@ class FakeBackend(SandboxBackend):
             "duration": duration,
             "code": code,
             "cancelled_after": None,
+            "serves": self._serves(argv),
         }
         directory = f"/workspace/.sandhub/jobs/{job_id}"
         return {"job_id": job_id, "dir": directory, "log": f"{directory}/log", "pid": 1000}
@@ -143,9 +183,25 @@ class FakeBackend(SandboxBackend):
             if words[0] == "exit":
                 code = int(words[1])
                 break
+            if words[0] == "serve":
+                continue
             out, err, code, _ = self._interpret(box, ["bash", "-c", step], env, 1e9)
             events.append((clock, out + err))
         return events, clock, code
+
+    @staticmethod
+    def _serves(argv) -> set[int]:
+        script = argv[2] if argv[:2] == ["bash", "-c"] else shlex.join(argv)
+        steps = (shlex.split(step) for step in script.split(";") if step.strip())
+        return {int(words[1]) for words in steps if words[0] == "serve"}
+
+    @staticmethod
+    def _job_running(record: dict[str, Any]) -> bool:
+        now = time.monotonic() - record["started"]
+        end = record["duration"]
+        if record["cancelled_after"] is not None:
+            end = min(end, record["cancelled_after"])
+        return now < end
 
     def poll_background(self, state, job, tail_bytes) -> JobStatus:
         record = self._box(state).get("jobs", {}).get(job["job_id"])
@@ -209,6 +265,31 @@ class FakeBackend(SandboxBackend):
         if not entries:
             raise FileNotFoundError(path)
         return entries
+
+    # --- ports: a sandbox port is a loopback server the test started --------------------------
+    # ports: sandbox port -> the loopback port of a server the test runs, listening in every
+    # fake sandbox. apps: the same, but listening only in a sandbox where a background job
+    # with a `serve PORT` step runs (an app that comes and goes with its job: deploy_app).
+    # Any other port has nothing listening.
+    ports: dict[int, int] = {}
+    apps: dict[int, int] = {}
+
+    def open_port(self, state, port, timeout=5.0) -> PortStream:
+        box = self._box(state)
+        target = self.ports.get(port)
+        if target is None and port in self.apps:
+            jobs = box.get("jobs", {}).values()
+            if any(port in job["serves"] and self._job_running(job) for job in jobs):
+                target = self.apps[port]
+        if target is None:
+            raise PortClosed(f"connection to 127.0.0.1:{port} refused")
+        try:
+            sock = socket.create_connection(("127.0.0.1", target), timeout=timeout)
+        except ConnectionRefusedError as exc:
+            raise PortClosed(f"connection to 127.0.0.1:{port} refused") from exc
+        except OSError as exc:
+            raise BackendError(f"could not connect to port {port}: {exc}") from exc
+        return SocketPortStream(sock)
 
     def probe(self) -> ProbeResult:
         if self.host.name in self.down_hosts:

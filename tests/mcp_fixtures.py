@@ -63,6 +63,9 @@ EXPECTED_TOOLS = {
     "write_file",
     "run_tests",
     "run_once",
+    "deploy_app",
+    "get_preview_url",
+    "stop_app",
 }
 
 

@@ -289,6 +289,8 @@ def test_admin_membership_edits_go_through_the_services(
         "default_lifetime_minutes": "60",
         "max_lifetime_minutes": "1440",
         "idle_timeout_minutes": "30",
+        "allowed_preview_ports": "1024-65535",
+        "max_previews_per_sandbox": "5",
         "memberships-TOTAL_FORMS": "3",
         "memberships-INITIAL_FORMS": "2",
         "memberships-MIN_NUM_FORMS": "0",

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from sandboxes.api import files, views
+from sandboxes.api import files, previews, views
 
 app_name = "api"
 urlpatterns = [
@@ -31,6 +31,17 @@ urlpatterns = [
         files.DownloadView.as_view(),
         name="download",
     ),
+    path(
+        "sandboxes/<str:sandbox_id>/previews/",
+        previews.PreviewListView.as_view(),
+        name="previews",
+    ),
+    path(
+        "sandboxes/<str:sandbox_id>/previews/<int:port>/",
+        previews.PreviewDetailView.as_view(),
+        name="preview",
+    ),
+    path("sandboxes/<str:sandbox_id>/deploy/", previews.DeployView.as_view(), name="deploy"),
     path("commands/<int:command_id>/", views.CommandDetailView.as_view(), name="command"),
     path("run-once/", views.RunOnceView.as_view(), name="run-once"),
     path("hosts/", views.HostListView.as_view(), name="hosts"),

@@ -7,11 +7,13 @@ decorator), and returns a plain result object (sandboxes/results.py). Another te
 is "not found".
 
 Split by topic: sandboxes, lifetime, commands, background (+ jobs), files, archives, links,
-hosts (+ housekeeping runs), team, selection and workflows (run_tests, run_once);
+previews (+ the proxy's access and tokens), hosts (+ housekeeping runs), team, selection and
+workflows (run_tests, run_once);
 common.py holds what they all do the same way. Interfaces import this package and nothing
 below it (import-linter checks it).
 """
 
+from hosts.backends.base import PortStream  # the proxy's stream type, without the backends
 from sandboxes.services.archives import open_archive_stream
 from sandboxes.services.background import (
     BACKGROUND_TAIL_BYTES,
@@ -53,6 +55,30 @@ from sandboxes.services.hosts import (
 from sandboxes.services.hostsetup import LoginSecret, add_host, read_host_key
 from sandboxes.services.lifetime import extend_sandbox, extendable_minutes, latest_expiry
 from sandboxes.services.links import FileLink, LinkedFile, create_file_link, open_file_link
+from sandboxes.services.previews import (
+    DEFAULT_TOKEN_SECONDS,
+    DEFAULT_WAIT_SECONDS,
+    MAX_WAIT_SECONDS,
+    DeployFailed,
+    deploy_app,
+    get_preview_url,
+    list_previews,
+    stop_app,
+)
+from sandboxes.services.previews_access import (
+    PreviewGrant,
+    PreviewRequest,
+    authorize_preview,
+    open_preview_stream,
+    record_preview_activity,
+)
+from sandboxes.services.previews_tokens import (
+    MAX_TOKEN_SECONDS,
+    PREVIEW_COOKIE,
+    PREVIEW_TOKEN_PARAM,
+    parse_preview_host,
+    preview_url,
+)
 from sandboxes.services.sandboxes import (
     create_sandbox,
     delete_sandbox,
@@ -65,6 +91,25 @@ from sandboxes.services.workflows import run_once, run_tests
 
 __all__ = [
     "BACKGROUND_TAIL_BYTES",
+    "DEFAULT_TOKEN_SECONDS",
+    "DEFAULT_WAIT_SECONDS",
+    "MAX_TOKEN_SECONDS",
+    "MAX_WAIT_SECONDS",
+    "PREVIEW_COOKIE",
+    "PREVIEW_TOKEN_PARAM",
+    "DeployFailed",
+    "PortStream",
+    "PreviewGrant",
+    "PreviewRequest",
+    "authorize_preview",
+    "deploy_app",
+    "get_preview_url",
+    "list_previews",
+    "open_preview_stream",
+    "parse_preview_host",
+    "preview_url",
+    "record_preview_activity",
+    "stop_app",
     "MAX_BACKGROUND_PER_SANDBOX",
     "MAX_TAIL_LINES",
     "READ_FILE_MAX_BYTES",

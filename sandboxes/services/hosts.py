@@ -9,6 +9,7 @@ from sandboxes.access import READ
 from sandboxes.auditing import audited, current
 from sandboxes.errors import NotFound, PermissionDenied
 from sandboxes.housekeeping import pool, probes, reconcile, sweep
+from sandboxes.models import Preview
 from sandboxes.results import GpuInfo, HostInfo
 from tenants.models import Team
 from tenants.principal import Principal
@@ -95,13 +96,19 @@ def admin_host(principal: Principal, host_id: int) -> Host:
 def sweep_expired_and_idle(principal: Principal) -> sweep.SweepReport:
     """Delete sandboxes past their lifetime or idle beyond their team's idle timeout."""
     _require_platform(principal, "sweep sandboxes")
-    return sweep.sweep()
+    report = sweep.sweep()
+    # The previews of what it deleted, and of sandboxes that stopped any other way (deleted
+    # without waiting, lost): closed on record too.
+    Preview.objects.stop_where_sandbox_stopped()
+    return report
 
 
 def reconcile_hosts(principal: Principal) -> reconcile.ReconcileReport:
     """Remove orphan containers, mark vanished sandboxes lost and silent hosts down."""
     _require_platform(principal, "reconcile hosts")
-    return reconcile.reconcile()
+    report = reconcile.reconcile()
+    Preview.objects.stop_where_sandbox_stopped()  # of sandboxes it found lost
+    return report
 
 
 def probe_all_hosts(principal: Principal) -> list[HostInfo]:

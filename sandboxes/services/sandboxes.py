@@ -17,7 +17,7 @@ from sandboxes.auditing import audited, current
 from sandboxes.errors import BackendFailure, InvalidInput, PermissionDenied, QuotaExceeded
 from sandboxes.housekeeping import pool
 from sandboxes.limits import DEFAULT_CPUS, DEFAULT_MEMORY_MB, DEFAULT_PIDS_LIMIT, MIN_MEMORY_MB
-from sandboxes.models import Sandbox, SandboxStatus
+from sandboxes.models import Preview, Sandbox, SandboxStatus
 from sandboxes.results import SandboxInfo
 from sandboxes.services.common import backend_of
 from tenants.models import Team
@@ -232,6 +232,8 @@ def delete_sandbox(principal: Principal, sandbox_id: str) -> SandboxInfo:
         return SandboxInfo.from_model(sandbox)
     sandbox.transition(SandboxStatus.STOPPING)
     sandbox.save(update_fields=["status", "status_message"])
+    # Its previews close with it (the proxy serves only running sandboxes' anyway).
+    Preview.objects.filter(sandbox=sandbox).stop("its sandbox was deleted")
     message = ""
     try:
         if sandbox.host and sandbox.backend_state:

@@ -108,6 +108,10 @@ REST_CASES: dict[tuple[str, str], RestCase] = {
     ("command", "GET"): RestCase([{"command_id": B_CMD}, {"command_id": B_JOB}]),
     ("run-once", "POST"): RestCase(json={"command": "true"}, scoped=creates_in_team_a(200)),
     ("hosts", "GET"): RestCase(scoped=hosts_count_team_a),
+    ("previews", "GET"): RestCase(SANDBOX_B),
+    ("previews", "POST"): RestCase(SANDBOX_B, json={"port": 8000}),
+    ("preview", "DELETE"): RestCase([{"sandbox_id": B_SB, "port": 8000}]),
+    ("deploy", "POST"): RestCase(SANDBOX_B, json={"command": PWN, "port": 8000}),
 }
 ROUTES = rest_routes()
 FAKE, DOCKER = ["fake"], [pytest.param("docker", marks=pytest.mark.docker)]
@@ -273,6 +277,9 @@ TOOL_CASES: dict[str, ToolCase] = {
     "get_active_sandbox": ToolCase(scoped=tool_active),
     "create_sandbox": ToolCase(write=True, args={"name": "where?"}, scoped=tool_creates),
     "run_once": ToolCase(write=True, args={"command": "true"}, scoped=tool_creates),
+    "deploy_app": ToolCase(on_b(command=PWN, port=8000), write=True),
+    "get_preview_url": ToolCase(on_b(port=8000), write=True),
+    "stop_app": ToolCase(on_b(port=8000), write=True),
 }
 
 

@@ -186,6 +186,10 @@ def api_schema(request, asgi_server, target, server_errors):
         turned_off=(
             {"include-path-regex": r"^(?!.*\{sandbox_id\})"},  # as-served covers those
             {"include-method": "DELETE", "include-path": "/api/v1/sandboxes/{sandbox_id}/"},
+            # A valid deploy waits up to wait_seconds (minutes) for a port: an app that exits
+            # 0 (a comment, `true`) is waited for as a daemon, past the request timeout. Its
+            # refusals are fuzzed as served; its behaviour is tests/test_previews_*.py's.
+            {"include-path": "/api/v1/sandboxes/{sandbox_id}/deploy/"},
         ),
         # Each valid request runs pytest in the container (~0.7 s).
         few=("/api/v1/sandboxes/{sandbox_id}/run-tests/",),
