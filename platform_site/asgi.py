@@ -1,5 +1,6 @@
-"""The web process: Django (pages, admin, REST API, static files for the API docs) and the MCP
-streamable-HTTP endpoint at /mcp/, in one ASGI application.
+"""The web process: Django (pages, admin, REST API, static files for the API docs), the MCP
+streamable-HTTP endpoint at /mcp/ and the preview proxy (sandboxes/proxy/), in one ASGI
+application.
 
 Run it with `uvicorn platform_site.asgi:application`. Add `--proxy-headers` behind a reverse
 proxy so audit rows record the client's address rather than the proxy's.
@@ -17,6 +18,8 @@ django_app = get_asgi_application()  # sets Django up before anything imports mo
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from mcp_bridge.server import http_app  # noqa: E402
+from sandboxes.proxy.app import serve_preview  # noqa: E402
+from sandboxes.proxy.routing import wants_preview  # noqa: E402
 
 MCP_PATH = "/mcp/"
 mcp_app = http_app(MCP_PATH)
@@ -32,6 +35,13 @@ async def application(scope, receive, send) -> None:
         # Django's handler refuses lifespan events; the MCP app needs its startup (it starts
         # the session manager), so the lifespan is the MCP app's.
         await mcp_app(scope, receive, send)
+        return
+    if scope["type"] in ("http", "websocket") and wants_preview(scope):
+        # A preview host name (every path on it is the app's) or /preview/SANDBOX/PORT/.
+        await serve_preview(scope, receive, send)
+        return
+    if scope["type"] == "websocket":  # the previews are the only websockets served
+        await send({"type": "websocket.close", "code": 1008})
         return
     path = scope.get("path", "")
     if path == MCP_PATH.rstrip("/"):

@@ -197,6 +197,14 @@ SANDHUB_MAX_TIMEOUT_SECONDS = env_int("SANDHUB_MAX_TIMEOUT_SECONDS", 3600, minim
 SANDHUB_MAX_TRANSFER_BYTES = env_int("SANDHUB_MAX_TRANSFER_BYTES", 100 * 1024 * 1024, minimum=1024)
 # How long a file link (a signed URL that downloads one file without a session) stays valid.
 SANDHUB_FILE_LINK_SECONDS = env_int("SANDHUB_FILE_LINK_SECONDS", 3600, minimum=60)
+# Previews (sandboxes/proxy/): with a domain, a sandbox's port is served at
+# PORT-SANDBOX.<domain> (wildcard DNS to this server; `localhost` works in Chromium without
+# DNS), each preview an origin of its own; without one, at /preview/SANDBOX/PORT/ on this
+# origin, where the proxy sandboxes the app's pages (CSP) so they cannot act as the viewer.
+SANDHUB_PREVIEW_DOMAIN = env_str("SANDHUB_PREVIEW_DOMAIN", "").strip(".").lower()
+# Threads that carry preview traffic (one per open preview connection while it waits on the
+# sandbox), apart from the pool that runs MCP and API calls.
+SANDHUB_PREVIEW_THREADS = env_int("SANDHUB_PREVIEW_THREADS", 200, minimum=1)
 # Housekeeping (sandboxes/housekeeping/): this deployment's name, labelled on every container
 # it makes (reconciliation touches only its own); how young a container reconciliation never
 # removes; the warm-pool size of images whose own size is 0.

@@ -1,0 +1,16 @@
+"""The preview proxy: HTTP and websockets from a browser to a port inside a sandbox.
+
+An interface like the pages and the API (it calls sandboxes.services only): the ASGI app
+(platform_site/asgi.py) hands it every request addressed to a preview — by host name
+`PORT-SANDBOX.<SANDHUB_PREVIEW_DOMAIN>` or by path `/preview/SANDBOX/PORT/` — and it
+authorizes the request through the services, opens the backend's port stream (over the
+sandbox agent or an SSH channel, so a sandbox without network serves too) and speaks
+HTTP/1.1 or websocket to the app over it, streaming both ways.
+
+- routing: which preview a request addresses;
+- credentials: the session user, the preview token, the cookies kept from the app;
+- ports: the blocking port stream driven from the event loop through a thread pool;
+- forward: one HTTP exchange (h11 on the app's side);
+- wsbridge: one websocket, bridged frame by frame (websockets' sans-I/O client);
+- app: the ASGI entry that ties them together.
+"""

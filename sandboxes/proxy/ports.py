@@ -1,0 +1,60 @@
+"""The backend's port stream (blocking) driven from the event loop.
+
+Every read and write runs in a thread of the proxy's own pool: an idle websocket holds one
+thread in read() for as long as it is open, and must not take them from the pool that runs
+MCP and API calls. close() is what unblocks a thread still inside read() or write().
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from typing import Any
+
+import anyio
+import anyio.to_thread
+from django.conf import settings
+
+CHUNK = 64 * 1024
+
+_limiters: weakref.WeakKeyDictionary[Any, anyio.CapacityLimiter] = weakref.WeakKeyDictionary()
+
+
+def _limiter() -> anyio.CapacityLimiter:
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    limiter = _limiters.get(loop)
+    if limiter is None:
+        limiter = _limiters[loop] = anyio.CapacityLimiter(settings.SANDHUB_PREVIEW_THREADS)
+    return limiter
+
+
+async def in_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """fn(*args) in the proxy's pool. A cancelled caller (the browser went away) does not
+    wait for the thread: the stream's close() ends whatever it was blocked on."""
+    return await anyio.to_thread.run_sync(
+        functools.partial(fn, *args, **kwargs), limiter=_limiter(), abandon_on_cancel=True
+    )
+
+
+class AsyncPort:
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.closed = False
+
+    async def read(self, max_bytes: int = CHUNK) -> bytes:
+        return await in_thread(self.stream.read, max_bytes)
+
+    async def write(self, data: bytes) -> None:
+        if data:
+            await in_thread(self.stream.write, data)
+
+    async def close_write(self) -> None:
+        await in_thread(self.stream.close_write)
+
+    def close(self) -> None:
+        """Never blocks for long and never raises (the stream's contract)."""
+        if not self.closed:
+            self.closed = True
+            self.stream.close()
