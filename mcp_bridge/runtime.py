@@ -81,7 +81,9 @@ async def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     )
 
 
-async def _call_long(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+async def call_long(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Like call(), for what may take minutes (a command, a deploy waiting for its port):
+    in the pool kept for them, so short calls never wait behind it."""
     return await anyio.to_thread.run_sync(
         functools.partial(_guarded, ToolError, fn, *args, **kwargs), limiter=_command_limiter()
     )
@@ -156,7 +158,7 @@ async def call_streaming(
 ) -> T:
     """Like call(), passing `on_output=`, and forwarding output while fn runs."""
     pump = OutputPump(ctx, label, timeout)
-    task = asyncio.ensure_future(_call_long(fn, *args, on_output=pump.on_output, **kwargs))
+    task = asyncio.ensure_future(call_long(fn, *args, on_output=pump.on_output, **kwargs))
     try:
         while not task.done():
             await asyncio.wait({task}, timeout=TICK_SECONDS)

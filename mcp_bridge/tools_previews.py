@@ -15,7 +15,7 @@ from pydantic import Field
 
 from mcp_bridge import identity
 from mcp_bridge.args import Command, Cwd, Env, FileIn, SandboxId
-from mcp_bridge.runtime import call
+from mcp_bridge.runtime import call, call_long
 from mcp_bridge.tools_files import to_uploads
 from sandboxes import results, services
 from sandboxes.shapes import Shape, render
@@ -141,7 +141,7 @@ def register(mcp: FastMCP) -> None:
             )
             return render(DeployedApp, app, url=_url(app.sandbox_id, app.port, app.token))
 
-        return await call(body)
+        return await call_long(body)
 
     @mcp.tool(annotations=OPENS)
     async def get_preview_url(

@@ -13,15 +13,17 @@ import logging
 from datetime import datetime
 from typing import Any
 
+import anyio
 from django.conf import settings
 from django.utils import timezone
 
 from sandboxes import services
 from sandboxes.errors import NotFound, ServiceError
 from sandboxes.proxy import credentials, forward, routing, wsbridge
-from sandboxes.proxy.ports import AsyncPort, in_thread
+from sandboxes.proxy.ports import AsyncPort, service_call
 
 logger = logging.getLogger("sandhub.previews")
+ACTIVITY_SECONDS = 60.0
 
 
 async def serve_preview(scope: dict, receive: Any, send: Any) -> None:
@@ -35,7 +37,7 @@ async def serve_preview(scope: dict, receive: Any, send: Any) -> None:
     token_in_query, query = credentials.query_without_token(scope.get("query_string", b""))
     jar = credentials.cookies(scope)
     try:
-        grant = await in_thread(
+        grant = await service_call(
             _authorize, scope, target, token_in_query or jar.get(services.PREVIEW_COOKIE), jar
         )
     except NotFound:
@@ -47,7 +49,7 @@ async def serve_preview(scope: dict, receive: Any, send: Any) -> None:
         await _redirect(send, where, cookie=_token_cookie(scope, target, grant))
         return
     try:
-        stream = await in_thread(services.open_preview_stream, grant)
+        stream = await service_call(services.open_preview_stream, grant)
     except NotFound:
         await _refuse(scope, send, 404, "not found")
         return
@@ -56,14 +58,25 @@ async def serve_preview(scope: dict, receive: Any, send: Any) -> None:
         return
     port = AsyncPort(stream)
     try:
-        if scope["type"] == "websocket":
-            await _websocket(scope, receive, send, port, target, query)
-        else:
-            await forward.exchange(scope, receive, send, port, target, query)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(_keep_active, grant)
+            if scope["type"] == "websocket":
+                await _websocket(scope, receive, send, port, target, query)
+            else:
+                await forward.exchange(scope, receive, send, port, target, query)
+            tasks.cancel_scope.cancel()
     except forward.AppFailed as exc:
         await _refuse(scope, send, 502, str(exc))
     finally:
         port.close()
+
+
+async def _keep_active(grant: Any) -> None:
+    """A long download or an open websocket is use of the sandbox: the idle sweep must not
+    take it while it lasts (opening the stream counted once already)."""
+    while True:
+        await anyio.sleep(ACTIVITY_SECONDS)
+        await service_call(services.record_preview_activity, grant)
 
 
 def _authorize(scope: dict, target: routing.PreviewTarget, token: str | None, jar: dict) -> Any:

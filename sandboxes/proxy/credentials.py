@@ -16,7 +16,6 @@ from urllib.parse import parse_qsl, urlencode
 from django.conf import settings
 from django.contrib.auth import get_user
 from django.contrib.sessions.backends.base import SessionBase
-from django.db import close_old_connections
 from django.utils.module_loading import import_string
 
 from sandboxes import services
@@ -87,12 +86,8 @@ def session_user(session_key: str | None) -> SessionUser:
     as Django checks it for a page: the session exists and its password hash still holds."""
     if not session_key:
         return SessionUser(None, None)
-    close_old_connections()
-    try:
-        store: type[SessionBase] = import_string(settings.SESSION_ENGINE + ".SessionStore")
-        user = get_user(SimpleNamespace(session=store(session_key)))  # type: ignore[arg-type]
-        if not user.is_authenticated:
-            return SessionUser(None, None)
-        return SessionUser(user.pk, session_key)
-    finally:
-        close_old_connections()
+    store: type[SessionBase] = import_string(settings.SESSION_ENGINE + ".SessionStore")
+    user = get_user(SimpleNamespace(session=store(session_key)))  # type: ignore[arg-type]
+    if not user.is_authenticated:
+        return SessionUser(None, None)
+    return SessionUser(user.pk, session_key)

@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 from django.conf import settings
+from django.db import close_old_connections
 
 CHUNK = 64 * 1024
 
@@ -36,6 +37,21 @@ async def in_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
     return await anyio.to_thread.run_sync(
         functools.partial(fn, *args, **kwargs), limiter=_limiter(), abandon_on_cancel=True
     )
+
+
+def _with_fresh_connection(fn: Any, *args: Any) -> Any:
+    close_old_connections()
+    try:
+        return fn(*args)
+    finally:
+        close_old_connections()
+
+
+async def service_call(fn: Any, *args: Any) -> Any:
+    """A service call in the proxy's pool, with Django's connection hygiene around it: these
+    threads are not Django requests, so nothing else would close their connections (with
+    PostgreSQL and DB_CONN_MAX_AGE 0, one would stay open per thread)."""
+    return await in_thread(_with_fresh_connection, fn, *args)
 
 
 class AsyncPort:
