@@ -88,11 +88,14 @@ def forwarded_headers(scope: dict, target: PreviewTarget) -> list[tuple[bytes, b
 def request_framing(scope: dict) -> list[tuple[bytes, bytes]]:
     """How the request body is framed towards the app: the browser's Content-Length, or
     chunked when it sent a body without one; nothing when there is no body."""
+    # Transfer-Encoding wins over a Content-Length sent with it (RFC 9112 §6.3), as the
+    # server that decoded the body read it: the app must frame it the same way, or a body
+    # could carry a second request past the proxy (request smuggling).
+    if credentials.header(scope, b"transfer-encoding") is not None:
+        return [(b"transfer-encoding", b"chunked")]
     length = credentials.header(scope, b"content-length")
     if length is not None:
         return [(b"content-length", length.encode())]
-    if credentials.header(scope, b"transfer-encoding") is not None:
-        return [(b"transfer-encoding", b"chunked")]
     return []
 
 
