@@ -37,6 +37,8 @@ HOP_BY_HOP = frozenset(
 SET_BY_PROXY = frozenset(
     {b"host", b"cookie", b"forwarded", b"x-forwarded-for", b"x-forwarded-host"}
     | {b"x-forwarded-proto", b"x-forwarded-prefix", b"x-real-ip"}
+    # uvicorn answered the browser's `Expect: 100-continue` itself; the body is on its way.
+    | {b"expect"}
 )
 # uvicorn writes its own.
 SET_BY_SERVER = frozenset({b"date", b"server"})
