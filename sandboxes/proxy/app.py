@@ -44,9 +44,11 @@ async def serve_preview(scope: dict, receive: Any, send: Any) -> None:
         await _refuse(scope, send, 404, "not found")
         return
     if token_in_query and scope["type"] == "http":
-        # The link's token becomes this preview's cookie; the address loses it.
+        # The link's token becomes this preview's cookie (unless a member's session let the
+        # request in: then the session does, whatever the token); the address loses it.
         where = _address((target.prefix or "") + (target.path or "/"), query.encode("latin-1"))
-        await _redirect(send, where, cookie=_token_cookie(scope, target, grant))
+        cookie = _token_cookie(scope, target, grant) if grant.token else None
+        await _redirect(send, where, cookie=cookie)
         return
     try:
         stream = await service_call(services.open_preview_stream, grant)

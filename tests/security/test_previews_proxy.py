@@ -58,9 +58,18 @@ def app(fake_backend, monkeypatch) -> Iterator[list[str]]:
     thread.join(5)
 
 
-def get(
+def get(path: str, **options: str) -> tuple[int, bytes]:
+    """(status, body) of one GET through the ASGI application."""
+    sent = get_full(path, **options)
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return status, body
+
+
+def get_full(
     path: str, *, host: str = "testserver", cookie: str = "", query: str = ""
-) -> tuple[int, bytes]:
+) -> list[dict[str, Any]]:
+    """Every ASGI message the application sent for one GET."""
     headers = [(b"host", host.encode())]
     if cookie:
         headers.append((b"cookie", cookie.encode()))
@@ -96,9 +105,7 @@ def get(
         await application(scope, receive, send)
 
     asyncio.run(conversation())
-    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
-    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-    return status, body
+    return sent
 
 
 def session_of(user) -> str:
@@ -177,3 +184,17 @@ def test_a_body_with_both_framings_reaches_the_app_chunked():
     assert request_framing(both) == [(b"transfer-encoding", b"chunked")]
     assert request_framing({"headers": [(b"content-length", b"5")]}) == [(b"content-length", b"5")]
     assert request_framing({"headers": []}) == []
+
+
+def test_a_members_session_with_a_link_is_redirected_without_a_cookie(previews, app, alice):
+    """The session let the request in: the link's token is dropped from the address, and no
+    cookie is made of a grant that carries no token."""
+    mine = previews["mine"]
+    sent = get_full(
+        f"/preview/{mine}/8000/x", cookie=session_of(alice), query="sandhub_token=junk&a=1"
+    )
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    headers = dict(start["headers"])
+    assert start["status"] == 302
+    assert headers[b"location"] == f"/preview/{mine}/8000/x?a=1".encode()
+    assert b"set-cookie" not in headers
