@@ -206,8 +206,12 @@ def test_another_teams_principal_finds_nothing(sandbox, as_bob):
 def test_viewers_list_but_do_not_open_deploy_or_stop(sandbox, as_alice, as_victor):
     services.get_preview_url(as_alice, sandbox, 8000)
     assert [p.port for p in services.list_previews(as_victor, sandbox)] == [8000]
+    # A link to the preview already open, yes (his session shows it to him anyway).
+    link = services.get_preview_url(as_victor, sandbox, 8000, expires_seconds=600)
+    assert link.port == 8000 and not link.public
     for call in [
         lambda: services.get_preview_url(as_victor, sandbox, 8001),
+        lambda: services.get_preview_url(as_victor, sandbox, 8000, public=False),
         lambda: services.deploy_app(as_victor, sandbox, command="serve 8001", port=8001),
         lambda: services.stop_app(as_victor, sandbox, 8000),
     ]:

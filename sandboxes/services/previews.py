@@ -141,7 +141,10 @@ def get_preview_url(
 ) -> PreviewLink:
     """Open a preview of the port (or take the one open) and a token for it, valid
     expires_seconds. public: true opens it to anyone with the address (team owners and
-    admins, if the team allows it), false closes that again, None leaves it as it is."""
+    admins, if the team allows it), false closes that again, None leaves it as it is.
+
+    A viewer may get a link to a preview already open (he may look at it with his session
+    too; a preview host name does not see that session), never open one or change it."""
     current().target("sandbox", sandbox_id)
     port = _port_number(port)
     seconds = int(
@@ -149,7 +152,9 @@ def get_preview_url(
     )
     if public is not None and not isinstance(public, bool):
         raise InvalidInput("public must be true, false or null")
-    sandbox = running_sandbox(principal, sandbox_id, WRITE, "open previews")
+    sandbox = running_sandbox(principal, sandbox_id, READ, "see previews")
+    if public is not None or not Preview.objects.open().filter(sandbox=sandbox, port=port).exists():
+        sandbox = running_sandbox(principal, sandbox_id, WRITE, "open previews")
     _require_port_allowed(sandbox.team, port)
     if public:
         _require_public_allowed(principal, sandbox.team)

@@ -1,6 +1,7 @@
 """The sandbox page: status, limits, expiry (and extending it), the command runner (its
-stream is sandboxes/web/sandbox_run.py), recent commands, files and background jobs; and the
-sandbox's command history with each command's full output.
+stream is sandboxes/web/sandbox_run.py), recent commands, files, background jobs and previews
+(sandboxes/web/previews_section.py); and the sandbox's command history with each command's
+full output.
 
 Every view calls services only. Another team's sandbox is not found (404) by the services;
 a viewer gets the page without its write controls, and the services refuse his POSTs.
@@ -21,6 +22,7 @@ from sandboxes import services
 from sandboxes.errors import NotFound, ServiceError
 from sandboxes.results import CommandResult, FileEntry, SandboxInfo
 from sandboxes.web.common import attach_error, paginate, query_without_page, refused
+from sandboxes.web.previews_section import previews_context
 from sandboxes.web.principal import identity_for, principal_for, team_required
 from sandboxes.web.sandbox_forms import (
     WORKSPACE,
@@ -58,6 +60,7 @@ def render_page(
     running = info.status == "running"
     directory = request.GET.get("path") or WORKSPACE
     listing = files_context(request, sandbox_id, directory) if running else {}
+    previews = previews_context(request, sandbox_id, history, bound) if running else {}
     left = _left(request, info)
     context: dict[str, Any] = {
         "sandbox": info,
@@ -72,6 +75,7 @@ def render_page(
         "commands": [c for c in history if not c.background][:RECENT_COMMANDS],
         "jobs": [c for c in history if c.background][:RECENT_JOBS],
         **listing,
+        **previews,
     }
     return render(request, "web/sandbox/page.html", context, status=status)
 

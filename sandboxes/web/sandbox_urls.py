@@ -1,4 +1,4 @@
-"""URLs of the sandbox page, its files, jobs and command history, and of file links.
+"""URLs of the sandbox page, its files, jobs, previews and command history, and of file links.
 
 Included by sandboxes/web/urls.py into the "web" namespace, at the site root.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from sandboxes.web import files, jobs, links, sandbox, sandbox_run
+from sandboxes.web import files, jobs, links, previews, sandbox, sandbox_run
 
 S = "sandboxes/<str:sandbox_id>/"
 
@@ -29,6 +29,10 @@ urlpatterns = [
     path(S + "jobs/<int:command_id>/", jobs.job, name="sandbox-job"),
     path(S + "jobs/<int:command_id>/tail/", jobs.tail, name="sandbox-job-tail"),
     path(S + "jobs/<int:command_id>/cancel/", jobs.cancel, name="sandbox-job-cancel"),
+    path(S + "previews/new/", previews.open_port, name="sandbox-preview-new"),
+    path(S + "previews/deploy/", previews.deploy, name="sandbox-deploy"),
+    path(S + "previews/<int:port>/open/", previews.open_preview, name="sandbox-preview-open"),
+    path(S + "previews/<int:port>/stop/", previews.stop, name="sandbox-preview-stop"),
     # A file link: downloads one file without a session (the token is the credential).
     path("links/<str:token>/", links.open_link, name="file-link"),
 ]
