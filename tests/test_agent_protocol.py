@@ -392,3 +392,94 @@ def test_port_refusals_and_close(agent: AgentClient) -> None:
         agent.open_port(port)
     assert f"port {port} is not this sandbox's" in str(refused.value)
     assert agent.ping()["inflight"] == 0
+
+
+# --- sync: manifest and remove, and the per-command scripts that stand in for them ----------
+def _local_run(argv: list[str], stdin: bytes | None, cap: int) -> ExecResult:
+    done = subprocess.run(argv, input=stdin or b"", capture_output=True, timeout=60)
+    return ExecResult(
+        exit_code=done.returncode,
+        stdout=done.stdout[:cap],
+        stderr=done.stderr,
+        stdout_bytes=len(done.stdout),
+        stderr_bytes=len(done.stderr),
+        stdout_truncated=len(done.stdout) > cap,
+        stderr_truncated=False,
+        timed_out=False,
+        duration_seconds=0.0,
+    )
+
+
+def _sync_tree(root: Path) -> list[str]:
+    for name in ("a/c/d.txt", "a/b", "a-x", "a.txt", "z/1", "\u00e9t\u00e9"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(name)
+    os.utime(root / "a.txt", ns=(1, 1_700_000_000_123_456_789))
+    (root / "a.txt").chmod(0o640)
+    os.symlink("a/b", root / "link")
+    os.mkfifo(root / "fifo")  # not listed: no place in a sync
+    (root / os.fsdecode(b"bad-\xff")).write_text("not UTF-8: left out")
+    return ["a", "a-x", "a.txt", "a/b", "a/c", "a/c/d.txt", "link", "z", "z/1", "\u00e9t\u00e9"]
+
+
+def test_manifest_pages_in_byte_order_as_the_find_script_does(
+    agent: AgentClient, tmp_path: Path
+) -> None:
+    from hosts.backends import syncscripts
+    from hosts.backends.agent import synccalls
+
+    expected = _sync_tree(tmp_path)
+    whole = synccalls.manifest(agent, str(tmp_path), after=None, limit=5000)
+    assert [e.path for e in whole.entries] == expected and whole.next is None
+    by_find = syncscripts.manifest_by_exec(_local_run, str(tmp_path), after=None, limit=5000)
+    assert by_find == whole  # the plain path answers exactly the same
+    entry = {e.path: e for e in whole.entries}
+    assert entry["a.txt"].mode == 0o640 and entry["a.txt"].mtime == 1700000000.1234567
+    assert (entry["link"].kind, entry["link"].target) == ("link", "a/b")
+    assert (entry["a"].kind, entry["a"].size) == ("dir", 0)
+
+    for limit in (1, 3, 4):
+        pages, after = [], None
+        while True:
+            page = synccalls.manifest(agent, str(tmp_path), after=after, limit=limit)
+            plain = syncscripts.manifest_by_exec(
+                _local_run, str(tmp_path), after=after, limit=limit
+            )
+            assert page == plain and len(page.entries) <= limit
+            pages += [e.path for e in page.entries]
+            if page.next is None:
+                break
+            after = page.next
+        assert pages == expected
+    missing = synccalls.manifest(agent, str(tmp_path / "none"), after=None, limit=10)
+    assert (missing.exists, missing.entries) == (False, [])
+    with pytest.raises(NotADirectoryError):
+        synccalls.manifest(agent, str(tmp_path / "a.txt"), after=None, limit=10)
+    with pytest.raises(NotADirectoryError):
+        syncscripts.manifest_by_exec(_local_run, str(tmp_path / "link"), after=None, limit=10)
+
+
+@pytest.mark.parametrize("way", ["agent", "script"])
+def test_remove_stays_under_the_root(agent: AgentClient, tmp_path: Path, way: str) -> None:
+    from hosts.backends import syncscripts
+    from hosts.backends.agent import synccalls
+
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    _sync_tree(root)
+    outside.mkdir()
+    (outside / "keep").write_text("keep")
+    os.symlink(outside, root / "escape")
+    os.symlink(outside / "keep", root / "keep-link")
+    names = ["a", "a.txt", "keep-link", "escape/keep", "../outside/keep", "z/../a-x", ""]
+    names += ["/abs", "nothing", "a/c/d.txt"]
+    if way == "agent":
+        removed = synccalls.remove(agent, str(root), syncscripts.names_blob(names))
+    else:
+        removed = syncscripts.delete_by_exec(_local_run, str(root), names)
+    left = sorted(os.listdir(root))
+    assert "a" not in left and "a.txt" not in left and "keep-link" not in left
+    assert {"a-x", "escape", "z"} <= set(left)
+    assert (outside / "keep").read_text() == "keep"
+    # a, a.txt, keep-link; a/c/d.txt went with a (the agent removes in order; the script's
+    # check may run before or after rm took a)
+    assert removed in (3, 4)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import posixpath
+import re
 import shutil
 import tarfile
 import tempfile
@@ -29,6 +30,7 @@ from hosts.backends.base import BackendError, FileEntry
 CHUNK = 64 * 1024
 MAX_MEMBERS = 10_000  # the services send at most 1000 files; headers are kept while planning
 SPOOL_BYTES = 1024 * 1024  # a source that cannot seek is copied, to disk beyond this
+_DECIMAL = re.compile(r"[0-9]{1,12}(\.[0-9]{1,9})?")  # a pax mtime tar -x takes as it is
 
 
 @dataclass
@@ -36,6 +38,7 @@ class _Member:
     info: tarfile.TarInfo  # as it is sent
     offset: int  # of the content in the source
     size: int
+    header: bytes = b""  # info's header blocks, made once (they cost more than the content)
 
 
 @dataclass
@@ -82,8 +85,9 @@ def plan(source: IO[bytes], owner: Owner = NOBODY) -> Plan:
                 if sent.isdir():
                     directories[sent.name] = None
                 size = sent.size if sent.isfile() else 0
-                result.members.append(_Member(sent, member.offset_data, size))
-                result.total += len(_header(sent)) + size + _padding(size)
+                header = _header(sent)
+                result.members.append(_Member(sent, member.offset_data, size, header))
+                result.total += len(header) + size + _padding(size)
     except tarfile.TarError as exc:
         raise BackendError(f"not a valid tar archive: {exc}") from exc
     result.directories = list(directories)
@@ -94,7 +98,7 @@ def plan(source: IO[bytes], owner: Owner = NOBODY) -> Plan:
 def chunks(source: IO[bytes], planned: Plan) -> Iterator[bytes]:
     """The archive as planned: exactly `planned.total` bytes, or BackendError."""
     for member in planned.members:
-        yield _header(member.info)
+        yield member.header or _header(member.info)
         if member.size:
             source.seek(member.offset)
             left = member.size
@@ -125,6 +129,9 @@ def _rewritten(member: tarfile.TarInfo, owner: Owner) -> tarfile.TarInfo | None:
     sent.size = member.size if member.isfile() else 0
     sent.mode = member.mode & 0o1777  # no set-id bits
     sent.mtime = member.mtime
+    exact = member.pax_headers.get("mtime", "")
+    if _DECIMAL.fullmatch(exact):  # nanoseconds as sent, not as a float rounds them
+        sent.pax_headers = {"mtime": exact}
     sent.uid, sent.gid, sent.uname = owner
     sent.gname = owner[2]
     if member.issym():

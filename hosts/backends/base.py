@@ -126,6 +126,27 @@ class FileEntry:
     mode: str
 
 
+@dataclass(frozen=True)
+class ManifestEntry:
+    """One entry of a tree manifest (sync): `path` relative to the manifest's root, POSIX."""
+
+    path: str
+    kind: str  # "file" | "dir" | "link" (nothing else is listed)
+    size: int  # 0 for directories
+    mtime: float  # seconds; from the exact decimal of the nanoseconds (as find's %T@)
+    mode: int  # the 0o7777 bits
+    target: str = ""  # links only
+
+
+@dataclass(frozen=True)
+class ManifestPage:
+    """Entries of a tree with paths after a cursor, sorted by path (bytewise: UTF-8 order)."""
+
+    exists: bool  # False: the root is missing (no entries)
+    entries: list[ManifestEntry]
+    next: str | None  # the cursor of the next page (the last path here), None at the end
+
+
 # Labels the platform puts in SandboxSpec.labels; backends that can label what they create keep
 # them, and report them back through list_managed().
 LABEL_INSTANCE = "org.sandhub.instance"  # which Sandhub deployment made it (reconciliation scope)
@@ -307,6 +328,28 @@ class SandboxBackend(abc.ABC):
     @abc.abstractmethod
     def list_dir(self, state: dict[str, Any], path: str) -> list[FileEntry]:
         """Entries of a directory, or the one entry of a file."""
+
+    # --- sync (a tree's manifest, deletions and a download of chosen entries) ---------------
+    def manifest(
+        self, state: dict[str, Any], root: str, *, after: str | None, limit: int
+    ) -> ManifestPage:
+        """Files, directories and links under the directory `root` (links not followed), at
+        most `limit` with a relative path > `after`, sorted. A missing root: exists False;
+        NotADirectoryError when it is a file or a link; names that are not UTF-8 are left out
+        (they cannot travel in JSON)."""
+        raise Unsupported(f"{self.kind} backend cannot list a tree for sync")
+
+    def delete_entries(self, state: dict[str, Any], root: str, paths: list[str]) -> int:
+        """Remove the entries (directories with what they hold) at `paths`, relative to root
+        (checked by the caller: normalized, no `..`), never anything whose parent resolves
+        outside root; how many existed and were removed."""
+        raise Unsupported(f"{self.kind} backend cannot delete for sync")
+
+    def get_entries(self, state: dict[str, Any], root: str, paths: list[str]) -> Iterator[bytes]:
+        """A tar stream (pax: modes, nanosecond mtimes) of exactly the entries at `paths`
+        (relative to root, directories without their content), named by those paths, read as
+        the sandbox user; as get_files: close() it, errors at its end."""
+        raise Unsupported(f"{self.kind} backend cannot download entries for sync")
 
     # --- ports -------------------------------------------------------------------------------
     def open_port(self, state: dict[str, Any], port: int, timeout: float = 5.0) -> PortStream:

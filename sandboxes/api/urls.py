@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from sandboxes.api import files, previews, views
+from sandboxes.api import files, previews, sync, views
 
 app_name = "api"
 urlpatterns = [
@@ -30,6 +30,18 @@ urlpatterns = [
         "sandboxes/<str:sandbox_id>/files/download",
         files.DownloadView.as_view(),
         name="download",
+    ),
+    path("sandboxes/<str:sandbox_id>/manifest/", sync.ManifestView.as_view(), name="manifest"),
+    path("sandboxes/<str:sandbox_id>/sync/", sync.SyncUploadView.as_view(), name="sync"),
+    path(
+        "sandboxes/<str:sandbox_id>/sync/delete/",
+        sync.SyncDeleteView.as_view(),
+        name="sync-delete",
+    ),
+    path(
+        "sandboxes/<str:sandbox_id>/sync/download/",
+        sync.SyncDownloadView.as_view(),
+        name="sync-download",
     ),
     path(
         "sandboxes/<str:sandbox_id>/previews/",

@@ -7,8 +7,8 @@ decorator), and returns a plain result object (sandboxes/results.py). Another te
 is "not found".
 
 Split by topic: sandboxes, lifetime, commands, background (+ jobs), files, archives, links,
-previews (+ the proxy's access and tokens), hosts (+ housekeeping runs), team, selection and
-workflows (run_tests, run_once);
+sync (+ its tar streams), previews (+ the proxy's access and tokens), hosts (+ housekeeping
+runs), team, selection and workflows (run_tests, run_once);
 common.py holds what they all do the same way. Interfaces import this package and nothing
 below it (import-linter checks it).
 """
@@ -87,6 +87,15 @@ from sandboxes.services.sandboxes import (
     rename_sandbox,
 )
 from sandboxes.services.selection import get_active_sandbox, select_sandbox
+from sandboxes.services.sync import (
+    MANIFEST_MAX,
+    MAX_PATHS,
+    open_sync_download,
+    sync_delete,
+    sync_upload,
+    tree_manifest,
+)
+from sandboxes.services.synctar import TooLarge
 from sandboxes.services.workflows import run_once, run_tests
 
 __all__ = [
@@ -159,4 +168,11 @@ __all__ = [
     "UploadSource",
     "upload_files",
     "write_file",
+    "MANIFEST_MAX",
+    "MAX_PATHS",
+    "TooLarge",
+    "open_sync_download",
+    "sync_delete",
+    "sync_upload",
+    "tree_manifest",
 ]

@@ -16,7 +16,9 @@ All of it on the in-memory backend, and the cases with ids again on the real Doc
 
 from __future__ import annotations
 
+import io
 import json
+import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -89,6 +91,16 @@ def creates_in_team_a(status: int) -> Callable[..., None]:
     return check
 
 
+def pwned_tar() -> bytes:
+    """A tar a sync upload would write: pwned.txt."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as archive:
+        info = tarfile.TarInfo("pwned.txt")
+        info.size = 5
+        archive.addfile(info, io.BytesIO(b"pwned"))
+    return out.getvalue()
+
+
 SANDBOX_B = [{"sandbox_id": B_SB}]
 JOB_B = [{"sandbox_id": B_SB, "command_id": B_JOB}, {"sandbox_id": A_SB, "command_id": B_JOB}]
 REST_CASES: dict[tuple[str, str], RestCase] = {
@@ -112,6 +124,14 @@ REST_CASES: dict[tuple[str, str], RestCase] = {
     ("previews", "POST"): RestCase(SANDBOX_B, json={"port": 8000}),
     ("preview", "DELETE"): RestCase([{"sandbox_id": B_SB, "port": 8000}]),
     ("deploy", "POST"): RestCase(SANDBOX_B, json={"command": PWN, "port": 8000}),
+    ("manifest", "GET"): RestCase(SANDBOX_B, query={"path": "/workspace"}),
+    ("sync", "POST"): RestCase(SANDBOX_B, raw=pwned_tar(), query={"path": "/workspace"}),
+    ("sync-delete", "POST"): RestCase(
+        SANDBOX_B, json={"path": "/workspace", "paths": ["secret.txt"]}
+    ),
+    ("sync-download", "POST"): RestCase(
+        SANDBOX_B, json={"path": "/workspace", "paths": ["secret.txt"]}
+    ),
 }
 ROUTES = rest_routes()
 FAKE, DOCKER = ["fake"], [pytest.param("docker", marks=pytest.mark.docker)]
@@ -120,10 +140,12 @@ EVERY_ROUTE = [(route, actor) for route in ROUTES for actor in ACTORS]
 ROUTES_WITH_IDS = [
     (route, actor) for route, has_ids in ROUTES.items() if has_ids for actor in ACTORS
 ]
+# POSTs that only read (a body too large for a query string): a viewer may.
+READING_POSTS = {("sync-download", "POST")}
 OWN_WRITES = [
     (route, actor)
     for route, has_ids in ROUTES.items()
-    if has_ids and route[1] in ("POST", "DELETE")
+    if has_ids and route[1] in ("POST", "DELETE") and route not in READING_POSTS
     for actor in REFUSED_WRITERS
 ]
 

@@ -52,6 +52,16 @@ Operations (REQUEST payloads) and their answers:
       file and rename) under `root`, creating missing directories; never through a link.
 - list {"path"} -> DATA CH_ENTRIES (JSON lists of [name, path, kind, size, mtime, mode]),
       RESULT {"count"}. Names that are not UTF-8 travel as surrogate escapes.
+- manifest {"root", "after", "limit"} -> DATA CH_ENTRIES (JSON lists of [path, kind, size,
+      mtime, mode, target], path relative to root, kind file|dir|link, mode an int of the
+      0o7777 bits, target for links), RESULT {"exists", "next", "count"}: at most `limit`
+      (1..5000) entries with a path > `after`, sorted bytewise; next is the last path when
+      more follow, else null. A missing root: exists false; a file or link: ERROR
+      ERR_NOT_A_DIRECTORY. Names that are not UTF-8 are left out.
+- remove {"root"} + DATA/EOF on CH_STDIN (relative names, NUL-separated) -> RESULT
+      {"removed"}: each entry unlinked (a directory with its content, links never
+      followed); names with "", ".", ".." parts and those whose parent resolves outside
+      the root are skipped.
 - job_start {"job_id", "dir", "argv", "env"} -> RESULT {"pid"}: argv (the job runner) starts
       detached in a session of its own, stdin /dev/null, stdout and stderr to DIR/log.
 - port {"port", "timeout"}: a TCP connection to 127.0.0.1:PORT (else [::1]:PORT) in the

@@ -13,6 +13,7 @@ all sharing one Engine (the connection to the host's engine):
 - exec:       commands through the wrapper in `scripts`, output read from the exec stream (the
               path when the agent is off, or the image has no python3 to run it);
 - files:      tar archives in and out, directory listings;
+- sync:       a tree's manifest, deletions and a tar of chosen entries (the local client);
 - background: detached jobs that outlive the caller;
 - probe:      health and committed load of the host, GPU use;
 - pool:       warm-pool members and their claim.
@@ -36,6 +37,7 @@ from hosts.backends.base import (
     FileEntry,
     JobStatus,
     ManagedResource,
+    ManifestPage,
     OutputCallback,
     PortStream,
     ProbeResult,
@@ -53,6 +55,7 @@ from hosts.backends.docker.exec import MAX_STDIN_BYTES, Commands
 from hosts.backends.docker.files import Files
 from hosts.backends.docker.pool import Pool
 from hosts.backends.docker.probe import Prober
+from hosts.backends.docker.sync import TreeSync
 
 if TYPE_CHECKING:
     from hosts.models import Host
@@ -78,6 +81,7 @@ class DockerBackend(SandboxBackend):
         self.prober = Prober(self.engine)
         self.pool = Pool(self.engine, self.containers)
         self.agents = AgentLink(self.engine)
+        self.sync = TreeSync(self.commands, self.files, self.agents, self._agent_on)
 
     # The registry hands a cached backend the caller's fresh Host row (flags, options): kept on
     # the engine, every helper reads that one.
@@ -216,6 +220,17 @@ class DockerBackend(SandboxBackend):
             except AgentUnavailable:
                 pass
         return self.files.list_dir(state, path)
+
+    def manifest(
+        self, state: dict[str, Any], root: str, *, after: str | None, limit: int
+    ) -> ManifestPage:
+        return self.sync.manifest(state, root, after=after, limit=limit)
+
+    def delete_entries(self, state: dict[str, Any], root: str, paths: list[str]) -> int:
+        return self.sync.delete_entries(state, root, paths)
+
+    def get_entries(self, state: dict[str, Any], root: str, paths: list[str]) -> Iterator[bytes]:
+        return self.sync.get_entries(state, root, paths)
 
     # --- ports -------------------------------------------------------------------------------
     def open_port(self, state: dict[str, Any], port: int, timeout: float = 5.0) -> PortStream:

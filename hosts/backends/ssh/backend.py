@@ -6,6 +6,7 @@
   Unix user where the login user may `sudo -n`;
 - agent_link / jobs / tarstreams: the sandbox agent on an SSH channel, run as the sandbox's
   user, for commands, files and background jobs; tar streams for uploads and downloads;
+- sync: a tree's manifest, deletions and a tar of chosen entries (the local client);
 - plain: where the login user has no usable python3 (the agent is unavailable), commands,
   background jobs and listings over plain exec channels instead (setsid nohup jobs with an
   exit-code file, Docker's per-command scripts); the agent is always tried first;
@@ -32,6 +33,7 @@ from hosts.backends.base import (
     HostKey,
     JobStatus,
     ManagedResource,
+    ManifestPage,
     OutputCallback,
     PortStream,
     ProbeResult,
@@ -46,6 +48,7 @@ from hosts.backends.ssh.hostprobe import HostFacts
 from hosts.backends.ssh.jobs import SshJobs
 from hosts.backends.ssh.plain import PlainCommands
 from hosts.backends.ssh.pool import pool
+from hosts.backends.ssh.sync import SshTreeSync
 from hosts.backends.ssh.tarstreams import SshTars
 
 if TYPE_CHECKING:
@@ -107,6 +110,7 @@ class SshBackend(SandboxBackend):
         self.jobs = SshJobs(self.agents)
         self.tars = SshTars(self.agents, self.connection)
         self.plain = PlainCommands(self.connection)
+        self.sync = SshTreeSync(self.agents, self.plain, self.tars)
         self._facts: HostFacts | None = None
 
     def connection(self) -> SshConnection:
@@ -208,6 +212,17 @@ class SshBackend(SandboxBackend):
             lambda: self.agents.list_dir(state, path),
             lambda: self.plain.list_dir(state, path),
         )
+
+    def manifest(
+        self, state: dict[str, Any], root: str, *, after: str | None, limit: int
+    ) -> ManifestPage:
+        return self.sync.manifest(state, root, after=after, limit=limit)
+
+    def delete_entries(self, state: dict[str, Any], root: str, paths: list[str]) -> int:
+        return self.sync.delete_entries(state, root, paths)
+
+    def get_entries(self, state: dict[str, Any], root: str, paths: list[str]) -> Iterator[bytes]:
+        return self.sync.get_entries(state, root, paths)
 
     # --- ports -------------------------------------------------------------------------------
     def open_port(self, state: dict[str, Any], port: int, timeout: float = 5.0) -> PortStream:

@@ -12,8 +12,9 @@ tests; nothing there runs at import.
 - procs: the fork-free /proc sweep, output kept head and tail;
 - command: one command: spawn in a session of its own, stream its output, timeout, cancel;
 - files: read, write (atomic), list, background job start, kill by marker;
+- sync:  a tree's manifest (sorted, paged, walked lazily) and deletions under a root;
 - ports: port streams: a TCP connection to the sandbox's own listener, both ways (previews);
 - main:  the agent itself: reads frames, dispatches requests, shuts down at end of input.
 """
 
-PARTS = ("wire", "procs", "command", "files", "ports", "main")
+PARTS = ("wire", "procs", "command", "files", "sync", "ports", "main")

@@ -28,6 +28,7 @@ from .files import (
 )
 from .ports import op_port
 from .procs import SWEEP_LIMIT
+from .sync import op_manifest, op_remove
 from .wire import (
     ACK,
     CANCEL,
@@ -68,8 +69,10 @@ class Agent:
             "kill_agent": op_kill_agent,
             "kill_marked": op_kill_marked,
             "list": op_list,
+            "manifest": op_manifest,
             "port": op_port,
             "read": op_read,
+            "remove": op_remove,
             "write": op_write,
         }
 

@@ -1,0 +1,275 @@
+"""Tree sync services on the real Docker engine: manifest, tar upload, delete, download.
+
+Every test runs with the sandbox agent and without it (SANDHUB_AGENT=false: the per-command
+scripts), and an image without python3 is covered at the backend level. Trees are made on
+this machine, sent as a tar, and compared back byte for byte, with modes and nanosecond
+mtimes. The helpers here are shared with test_sync_api.py and test_ssh_sync.py.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hosts.backends.docker import DockerBackend
+from sandboxes import services
+from sandboxes.errors import InvalidInput, NotFound
+from sandboxes.models import Sandbox
+from tenants.models import AuditLog
+from tests.test_agent import backend, engine, no_python_image  # noqa: F401 (fixtures)
+from tests.test_docker_backend import make_spec
+
+pytestmark = [pytest.mark.docker, pytest.mark.django_db]
+
+ROOT = "/workspace/proj"
+MTIME_NS = 1_700_000_000_123_456_789
+
+
+# --- helpers (shared) ------------------------------------------------------------------------
+def make_tree(base: Path) -> dict[str, Any]:
+    """A small tree with modes, nanosecond mtimes, a link, an empty file and awkward names
+    (bytewise order: 'a-x' < 'a.txt' < 'a/...')."""
+    files = {
+        "a.txt": b"dot\n",
+        "a-x": b"dash\n",
+        "a/b.py": b"print('hi')\n",
+        "a/deep/c.bin": bytes(range(256)) * 300,
+        "empty": b"",
+        "run.sh": b"#!/bin/sh\necho run\n",
+        "sp ace/\u00e9t\u00e9.txt": b"unicode\n",
+    }
+    for number, (name, content) in enumerate(files.items()):
+        path = base / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+        os.utime(path, ns=(MTIME_NS, MTIME_NS + number * 1_000_000_007))
+    (base / "run.sh").chmod(0o750)
+    (base / "a.txt").chmod(0o600)
+    os.symlink("a/b.py", base / "link")
+    return files
+
+
+def tar_of(base: Path, names: list[str] | None = None) -> bytes:
+    """A pax tar of `names` (default: everything) under base, names relative, exact ns."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        chosen = names if names is not None else walk(base)
+        for name in chosen:
+            full = base / name
+            info = archive.gettarinfo(str(full), arcname=name)
+            ns = full.lstat().st_mtime_ns
+            info.pax_headers = {"mtime": f"{ns // 10**9}.{ns % 10**9:09d}"}
+            if info.isfile():
+                with open(full, "rb") as handle:
+                    archive.addfile(info, handle)
+            else:
+                archive.addfile(info)
+    return out.getvalue()
+
+
+def walk(base: Path) -> list[str]:
+    names = []
+    for directory, subdirs, files in os.walk(base):
+        for name in subdirs + files:
+            names.append(os.path.relpath(os.path.join(directory, name), base))
+    return sorted(names, key=lambda n: n.encode())
+
+
+def snapshot(base: Path) -> dict[str, tuple[str, int, int, bytes | str]]:
+    """name -> (kind, mode, mtime ns, content or link target) of every entry but dirs' mtime
+    (a directory's mtime changes when its content is written)."""
+    result: dict[str, tuple[str, int, int, bytes | str]] = {}
+    for name in walk(base):
+        full = base / name
+        info = full.lstat()
+        if full.is_symlink():
+            result[name] = ("link", 0, 0, os.readlink(full))
+        elif full.is_dir():
+            result[name] = ("dir", info.st_mode & 0o7777, 0, b"")
+        else:
+            result[name] = ("file", info.st_mode & 0o7777, info.st_mtime_ns, full.read_bytes())
+    return result
+
+
+def extract(data: bytes, target: Path) -> None:
+    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+        for member in archive:
+            archive.extract(member, target, filter="fully_trusted", numeric_owner=False)
+            exact = member.pax_headers.get("mtime")
+            if exact and not member.issym():
+                seconds, _, fraction = exact.partition(".")
+                ns = int(seconds) * 10**9 + int((fraction + "000000000")[:9])
+                os.utime(target / member.name, ns=(ns, ns), follow_symlinks=False)
+
+
+def all_entries(principal, sandbox_id: str, root: str, limit: int = 1000) -> list[Any]:
+    entries, after = [], None
+    while True:
+        page = services.tree_manifest(principal, sandbox_id, root, after=after, limit=limit)
+        entries += page.entries
+        if page.next is None:
+            return entries
+        after = page.next
+
+
+# --- fixtures ------------------------------------------------------------------------------
+@pytest.fixture(params=["agent", "plain"])
+def agent_mode(request, settings) -> str:
+    settings.SANDHUB_AGENT = request.param == "agent"
+    return str(request.param)
+
+
+@pytest.fixture
+def sandbox(real_docker, as_alice, agent_mode) -> Iterator[str]:
+    info = services.create_sandbox(as_alice, memory_mb=256)
+    yield info.id
+    if Sandbox.objects.get(public_id=info.id).status != "deleted":
+        services.delete_sandbox(as_alice, info.id)
+
+
+# --- tests ---------------------------------------------------------------------------------
+def test_a_missing_root_is_an_empty_manifest_and_a_file_is_refused(as_alice, sandbox) -> None:
+    page = services.tree_manifest(as_alice, sandbox, "proj")
+    assert (page.path, page.exists, page.entries, page.next) == (ROOT, False, [], None)
+    services.write_file(as_alice, sandbox, "proj/file", "x")
+    with pytest.raises(InvalidInput, match="not a directory"):
+        services.tree_manifest(as_alice, sandbox, "proj/file")
+    with pytest.raises(InvalidInput, match="inside /workspace"):
+        services.tree_manifest(as_alice, sandbox, "/etc")
+
+
+def test_upload_then_manifest_then_download_round_trips_exactly(
+    as_alice, sandbox, tmp_path: Path
+) -> None:
+    local = tmp_path / "local"
+    files = make_tree(local)
+    result = services.sync_upload(as_alice, sandbox, "proj", io.BytesIO(tar_of(local)))
+    assert (result.path, result.files) == (ROOT, len(files))
+    assert result.bytes == sum(len(content) for content in files.values())
+    row = AuditLog.objects.filter(action="files.sync.upload").latest("id")
+    assert row.details["files"] == len(files) and row.outcome == "ok"
+
+    entries = all_entries(as_alice, sandbox, "proj", limit=3)  # pages of 3
+    assert [e.path for e in entries] == walk(local)
+    by_path = {e.path: e for e in entries}
+    assert by_path["run.sh"].mode == 0o750 and by_path["a.txt"].mode == 0o600
+    assert by_path["link"].kind == "link" and by_path["link"].target == "a/b.py"
+    assert by_path["a"].kind == "dir" and by_path["a/deep/c.bin"].size == 256 * 300
+    for name in files:
+        assert by_path[name].mtime == pytest.approx((local / name).stat().st_mtime, abs=1e-6)
+
+    stream = services.open_sync_download(as_alice, sandbox, "proj", walk(local))
+    try:
+        data = b"".join(stream)
+    finally:
+        stream.close()
+    back = tmp_path / "back"
+    extract(data, back)
+    assert snapshot(back) == snapshot(local)
+
+
+def test_delete_removes_entries_under_the_root_only(as_alice, sandbox, tmp_path: Path) -> None:
+    local = tmp_path / "local"
+    make_tree(local)
+    services.sync_upload(as_alice, sandbox, "proj", io.BytesIO(tar_of(local)))
+    services.write_file(as_alice, sandbox, "outside/keep.txt", "keep")
+    services.run_command(as_alice, sandbox, "ln -s /workspace/outside proj/escape")
+
+    result = services.sync_delete(
+        as_alice, sandbox, "proj", ["a.txt", "a", "link", "escape/keep.txt", "absent"]
+    )
+    assert result.deleted == 3  # a.txt, a (with its content), link; not through escape
+    names = [e.path for e in all_entries(as_alice, sandbox, "proj")]
+    assert "a.txt" not in names and "a/b.py" not in names and "link" not in names
+    assert "a-x" in names and "escape" in names
+    assert services.read_file(as_alice, sandbox, "outside/keep.txt").content == b"keep"
+    for bad in (["../outside/keep.txt"], ["/workspace/outside"], ["a/../.."], ["."], [""]):
+        with pytest.raises(InvalidInput):
+            services.sync_delete(as_alice, sandbox, "proj", bad)
+    row = AuditLog.objects.filter(action="files.sync.delete", outcome="ok").latest("id")
+    assert row.details["deleted"] == 3
+
+
+def test_upload_refuses_what_a_sync_never_sends(as_alice, sandbox, settings) -> None:
+    def archive(*members: tarfile.TarInfo) -> io.BytesIO:
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for member in members:
+                tar.addfile(member, io.BytesIO(b"x" * member.size) if member.isfile() else None)
+        out.seek(0)
+        return out
+
+    climbing = tarfile.TarInfo("../up.txt")
+    climbing.size = 1
+    device = tarfile.TarInfo("dev")
+    device.type = tarfile.CHRTYPE
+    hard = tarfile.TarInfo("hard")
+    hard.type, hard.linkname = tarfile.LNKTYPE, "x"
+    link = tarfile.TarInfo("out")
+    link.type, link.linkname = tarfile.SYMTYPE, "/tmp"
+    through = tarfile.TarInfo("out/x.txt")
+    through.size = 1
+    for bad in ([climbing], [device], [hard], [link, through]):
+        with pytest.raises(InvalidInput):
+            services.sync_upload(as_alice, sandbox, "proj", archive(*bad))
+    with pytest.raises(InvalidInput, match="not a valid tar"):
+        services.sync_upload(as_alice, sandbox, "proj", io.BytesIO(b"not a tar" * 200))
+    settings.SANDHUB_MAX_TRANSFER_BYTES = 4096
+    big = tarfile.TarInfo("big")
+    big.size = 10_000
+    with pytest.raises(services.TooLarge):
+        services.sync_upload(as_alice, sandbox, "proj", archive(big))
+    assert services.tree_manifest(as_alice, sandbox, "proj").exists is False
+
+
+def test_another_team_sees_nothing(as_alice, as_bob, sandbox) -> None:
+    services.write_file(as_alice, sandbox, "proj/secret", "s")
+    with pytest.raises(NotFound):
+        services.tree_manifest(as_bob, sandbox, "proj")
+    with pytest.raises(NotFound):
+        services.sync_delete(as_bob, sandbox, "proj", ["secret"])
+    with pytest.raises(NotFound):
+        services.open_sync_download(as_bob, sandbox, "proj", ["secret"])
+    with pytest.raises(NotFound):
+        services.sync_upload(as_bob, sandbox, "proj", io.BytesIO(b""))
+    assert services.read_file(as_alice, sandbox, "proj/secret").content == b"s"
+
+
+# --- an image without python3 (the backend's per-command path) -----------------------------
+def test_an_image_without_python3_syncs_through_the_scripts(
+    backend: DockerBackend,  # noqa: F811
+    no_python_image: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    local = tmp_path / "local"
+    make_tree(local)
+    state = backend.provision(make_spec(image_reference=no_python_image))
+    try:
+        assert backend.manifest(state, ROOT, after=None, limit=10).exists is False
+        backend.put_files(state, ROOT, tar_of(local))
+        first = backend.manifest(state, ROOT, after=None, limit=4)
+        second = backend.manifest(state, ROOT, after=first.next, limit=100)
+        assert [e.path for e in first.entries + second.entries] == walk(local)
+        assert second.next is None
+        assert backend.delete_entries(state, ROOT, ["a", "link", "nothing"]) == 2
+        left = [e.path for e in backend.manifest(state, ROOT, after=None, limit=100).entries]
+        assert left == [
+            n for n in walk(local) if n != "link" and not n.startswith("a/") and n != "a"
+        ]
+        stream = backend.get_entries(state, ROOT, left)
+        try:
+            data = b"".join(stream)
+        finally:
+            stream.close()
+        back = tmp_path / "back"
+        extract(data, back)
+        expected = {k: v for k, v in snapshot(local).items() if k in left}
+        assert snapshot(back) == expected
+    finally:
+        backend.destroy(state)
