@@ -396,13 +396,3 @@ def test_an_image_without_python3_is_refused_fast_and_keeps_the_old_path(
         assert old.stdout == b"hi\n"
     finally:
         backend.destroy(state)
-
-
-def test_commands_go_before_the_agent_when_memory_runs_out(
-    link: AgentLink, sandbox: dict[str, Any], engine: docker.DockerClient
-) -> None:
-    # The OOM killer takes the highest score: a command filling the memory goes, the agent
-    # (the one process that can still stop it, as nothing new starts then) stays.
-    assert run(link, sandbox, "cat /proc/self/oom_score_adj").stdout == b"1000\n"
-    agent_pid = link.client(sandbox).pid
-    assert outside(engine, sandbox, f"cat /proc/{agent_pid}/oom_score_adj") == "0\n"
