@@ -38,10 +38,12 @@ system-packages:
 	apt-get update -q; \
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing
 
-$(STAMP): requirements.lock
+$(STAMP): requirements.lock client/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "installing the Python environment from requirements.lock"
 	$(BIN)/python -m pip install --quiet --require-hashes -r requirements.lock
+	@# The laptop client (client/), editable: its dependencies are in the lock already.
+	$(BIN)/python -m pip install --quiet --no-deps -e ./client
 	@touch $@
 
 image: system-packages
