@@ -313,7 +313,12 @@ def _pair(item: str) -> tuple[str, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser(__version__).parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == ["mcp"]:
+        # The server parses its own options: argparse hands a REMAINDER that starts with an
+        # option (`mcp --root DIR`) back as "unrecognized arguments".
+        return cmd_mcp(argparse.Namespace(arguments=words[1:]))
+    args = build_parser(__version__).parse_args(words)
     handler = globals()[f"cmd_{args.command_name}"]
     try:
         return int(handler(args))

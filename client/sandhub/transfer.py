@@ -99,10 +99,15 @@ def download(
     progress: TransferProgress | None = None,
 ) -> Path:
     """Copy a file or directory out of the sandbox; returns where it went."""
+    # `a/..` names a/'s parent: the local name must come from the normalised path, or
+    # `cp SB:.. DIR` would write beside DIR rather than into it.
+    remote = posixpath.normpath(remote) if remote else remote
     kind = remote_kind(platform, sandbox_id, remote)
     if kind is None:
         raise SyncError(f"{remote}: no such file or directory in sandbox {sandbox_id}")
-    name = posixpath.basename(remote.rstrip("/")) or "root"
+    name = posixpath.basename(remote.rstrip("/"))
+    if name in ("", ".", ".."):
+        name = "root"
     if local.is_dir():
         local = local / name
     if kind == "dir":
