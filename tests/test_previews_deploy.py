@@ -26,7 +26,9 @@ PAGE, ask, http_get = base.PAGE, base.ask, base.http_get
 
 def test_deploy_app_waits_for_the_port_and_opens_its_preview(sandbox, as_alice, app_port):
     FakeBackend.apps[8000] = app_port
-    before = AuditLog.objects.count()
+    # The last id, not the count: ids are not reused (PostgreSQL's sequences outlive the
+    # rolled-back rows of earlier tests), so the count may lie below existing ids.
+    before = AuditLog.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
     app = services.deploy_app(
         as_alice, sandbox, command="echo starting; serve 8000; sleep 600", port=8000
     )
