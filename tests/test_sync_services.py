@@ -228,6 +228,46 @@ def test_upload_refuses_what_a_sync_never_sends(as_alice, sandbox, settings) -> 
     assert services.tree_manifest(as_alice, sandbox, "proj").exists is False
 
 
+def test_a_link_where_a_directory_goes_refuses_the_whole_upload_before_a_write(
+    as_alice, sandbox
+) -> None:
+    """The sandbox's checks run in the same exec as tar -x, before it: a good member ahead
+    of one under an existing link is not written either."""
+    services.run_command(as_alice, sandbox, "mkdir -p proj && ln -s /tmp proj/out")
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for name in ("first.txt", "out/x.txt"):
+            info = tarfile.TarInfo(name)
+            info.size = 1
+            archive.addfile(info, io.BytesIO(b"x"))
+    out.seek(0)
+    with pytest.raises(InvalidInput, match="symbolic link"):
+        services.sync_upload(as_alice, sandbox, "proj", out)
+    assert [e.path for e in all_entries(as_alice, sandbox, "proj")] == ["out"]
+    listed = services.run_command(as_alice, sandbox, "ls /tmp")
+    assert "x.txt" not in listed.stdout
+
+
+def test_the_scan_plans_the_archive_for_the_backend_in_the_same_pass(tmp_path: Path) -> None:
+    from hosts.backends import archives
+    from sandboxes.services.synctar import scan_upload
+
+    make_tree(tmp_path)
+    source = io.BytesIO(tar_of(tmp_path))
+    scan = scan_upload(source)
+    assert scan.planned is not None and source.tell() == 0
+    again = archives.plan(io.BytesIO(source.getvalue()))
+    assert [m.header for m in scan.planned.plan.members] == [m.header for m in again.members]
+    assert (scan.planned.plan.total, scan.planned.plan.directories) == (
+        again.total,
+        again.directories,
+    )
+    sent = b"".join(archives.chunks(source, scan.planned.plan))
+    assert len(sent) == again.total
+    with tarfile.open(fileobj=io.BytesIO(sent)) as archive:
+        assert [m.name for m in archive] == scan.paths
+
+
 def test_another_team_sees_nothing(as_alice, as_bob, sandbox) -> None:
     services.write_file(as_alice, sandbox, "proj/secret", "s")
     with pytest.raises(NotFound):

@@ -2,12 +2,14 @@
 
 An upload is unpacked by `tar -x` running as the sandbox user inside the sandbox (files.py),
 so it can write nothing the sandbox user could not. Before a byte is sent, the archive is read
-once for its headers only (`plan`): every member must be a file, a directory or a link that
-stays inside the destination, and the directories it writes into are listed, to be checked
-for symbolic links first. It is then sent (`chunks`) with every member owned by the sandbox
-user and without set-id bits, content read from the source `CHUNK` bytes at a time. The
-total size is known in advance, so the sandbox reads exactly that much (`head -c`) and needs
-no end-of-file on its stdin, which a TLS connection to a remote engine cannot half-close.
+once for its headers only (`plan`, or a `Planner` fed by a caller that walks the headers for
+checks of its own, so they are read once in all): every member must be a file, a directory
+or a link that stays inside the destination, and the directories it writes into are listed,
+to be checked for symbolic links first. It is then sent (`chunks`) with fresh headers (no
+set-id bits, no owner: tar -x runs as the sandbox user with --no-same-owner, so files are
+the sandbox user's whatever an archive says), in writes of about SEND_BYTES. The total size
+is known in advance, so the sandbox reads exactly that much (`head -c`) and needs no
+end-of-file on its stdin, which a TLS connection to a remote engine cannot half-close.
 
 The shell scripts of downloads (TAR_CREATE) and listings (LIST) that run as the sandbox user
 on the per-command paths (Docker, SSH hosts without python3) are here too.
@@ -28,6 +30,7 @@ from typing import IO
 from hosts.backends.base import BackendError, FileEntry
 
 CHUNK = 64 * 1024
+SEND_BYTES = 256 * 1024  # an upload is sent in writes of about this size (memory: 3x)
 MAX_MEMBERS = 10_000  # the services send at most 1000 files; headers are kept while planning
 SPOOL_BYTES = 1024 * 1024  # a source that cannot seek is copied, to disk beyond this
 _DECIMAL = re.compile(r"[0-9]{1,12}(\.[0-9]{1,9})?")  # a pax mtime tar -x takes as it is
@@ -38,7 +41,7 @@ class _Member:
     info: tarfile.TarInfo  # as it is sent
     offset: int  # of the content in the source
     size: int
-    header: bytes = b""  # info's header blocks, made once (they cost more than the content)
+    header: bytes  # info's header blocks, made once (they cost more than the content)
 
 
 @dataclass
@@ -48,6 +51,73 @@ class Plan:
     # writes into, whether it names it or only implies it.
     directories: list[str] = field(default_factory=list)
     total: int = 0  # bytes of the archive as sent
+
+
+class Planner:
+    """A plan made a member at a time, for a reader that walks the archive's headers for
+    checks of its own (the sync services): one pass over the headers, not two."""
+
+    def __init__(self) -> None:
+        self.plan = Plan()
+        self._directories: dict[str, None] = {}  # ordered set
+
+    def add(self, member: tarfile.TarInfo) -> None:
+        """Check a member read from the source and plan it; BackendError if it may not go."""
+        if len(self.plan.members) >= MAX_MEMBERS:
+            raise BackendError(f"the archive has more than {MAX_MEMBERS} members")
+        sent = _rewritten(member)
+        if sent is None:  # the destination itself
+            return
+        for parent in _parents(sent.name):
+            self._directories[parent] = None
+        if sent.isdir():
+            self._directories[sent.name] = None
+        size = sent.size if sent.isfile() else 0
+        header = _header(sent)
+        self.plan.members.append(_Member(sent, member.offset_data, size, header))
+        self.plan.total += len(header) + size + _padding(size)
+
+    def finish(self) -> Plan:
+        self.plan.directories = list(self._directories)
+        self.plan.total += 2 * tarfile.BLOCKSIZE  # the end-of-archive marker
+        return self.plan
+
+
+class Planned:
+    """A seekable archive with its plan already made (Planner): a backend's put_files sends
+    it without reading its headers again. Reads as the archive itself for anything else."""
+
+    def __init__(self, source: IO[bytes], plan: Plan) -> None:
+        self.source, self.plan = source, plan
+
+    def read(self, size: int = -1) -> bytes:
+        return self.source.read(size)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self.source.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self.source.tell()
+
+    def seekable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self.source.close()
+
+
+def planned(archive: bytes | IO[bytes]) -> tuple[IO[bytes], Plan, bool]:
+    """(a seekable source, its plan, whether the caller must close that source): the plan
+    a Planned archive carries, or one made here (reading the headers once)."""
+    if isinstance(archive, Planned):
+        return archive.source, archive.plan, False
+    source = seekable(archive)
+    try:
+        return source, plan(source), source is not archive
+    except BaseException:
+        if source is not archive:
+            source.close()
+        raise
 
 
 def seekable(archive: bytes | IO[bytes]) -> IO[bytes]:
@@ -62,58 +132,47 @@ def seekable(archive: bytes | IO[bytes]) -> IO[bytes]:
     return spool
 
 
-# Who the members are sent as: (uid, gid, name). Docker's tar -x runs as a fixed sandbox user
-# and keeps owners; elsewhere (SSH hosts) tar runs with --no-same-owner and they mean nothing.
-Owner = tuple[int, int, str]
-NOBODY: Owner = (0, 0, "")
-
-
-def plan(source: IO[bytes], owner: Owner = NOBODY) -> Plan:
+def plan(source: IO[bytes]) -> Plan:
     """Check every member and work out what will be sent, reading headers only."""
-    result = Plan()
-    directories: dict[str, None] = {}  # ordered set
+    planner = Planner()
     try:
         with tarfile.open(fileobj=source, mode="r:*") as archive:
             for member in archive:
-                if len(result.members) >= MAX_MEMBERS:
-                    raise BackendError(f"the archive has more than {MAX_MEMBERS} members")
-                sent = _rewritten(member, owner)
-                if sent is None:  # the destination itself
-                    continue
-                for parent in _parents(sent.name):
-                    directories[parent] = None
-                if sent.isdir():
-                    directories[sent.name] = None
-                size = sent.size if sent.isfile() else 0
-                header = _header(sent)
-                result.members.append(_Member(sent, member.offset_data, size, header))
-                result.total += len(header) + size + _padding(size)
+                planner.add(member)
     except tarfile.TarError as exc:
         raise BackendError(f"not a valid tar archive: {exc}") from exc
-    result.directories = list(directories)
-    result.total += 2 * tarfile.BLOCKSIZE  # the end-of-archive marker
-    return result
+    return planner.finish()
 
 
 def chunks(source: IO[bytes], planned: Plan) -> Iterator[bytes]:
-    """The archive as planned: exactly `planned.total` bytes, or BackendError."""
+    """The archive as planned, in pieces of about SEND_BYTES (few large writes cost less
+    than a header, a content and a padding write per member): exactly `planned.total` bytes,
+    or BackendError."""
+    out = bytearray()
     for member in planned.members:
-        yield member.header or _header(member.info)
+        info = member.info
+        out += member.header
         if member.size:
             source.seek(member.offset)
             left = member.size
             while left:
-                block = source.read(min(CHUNK, left))
+                block = source.read(min(SEND_BYTES, left))
                 if not block:
-                    raise BackendError(f"the archive ends inside {member.info.name}")
+                    raise BackendError(f"the archive ends inside {info.name}")
                 left -= len(block)
-                yield block
-            if pad := _padding(member.size):
-                yield bytes(pad)
-    yield bytes(2 * tarfile.BLOCKSIZE)
+                out += block
+                if len(out) >= SEND_BYTES:
+                    yield bytes(out)
+                    out.clear()
+            out += bytes(_padding(member.size))
+        if len(out) >= SEND_BYTES:
+            yield bytes(out)
+            out.clear()
+    out += bytes(2 * tarfile.BLOCKSIZE)
+    yield bytes(out)
 
 
-def _rewritten(member: tarfile.TarInfo, owner: Owner) -> tarfile.TarInfo | None:
+def _rewritten(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
     """The member as the sandbox gets it (None for the destination directory itself)."""
     if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
         raise BackendError(f"archive member {member.name} is not a file, directory or link")
@@ -132,8 +191,6 @@ def _rewritten(member: tarfile.TarInfo, owner: Owner) -> tarfile.TarInfo | None:
     exact = member.pax_headers.get("mtime", "")
     if _DECIMAL.fullmatch(exact):  # nanoseconds as sent, not as a float rounds them
         sent.pax_headers = {"mtime": exact}
-    sent.uid, sent.gid, sent.uname = owner
-    sent.gname = owner[2]
     if member.issym():
         sent.linkname = member.linkname  # resolved by the sandbox user, like any of theirs
     elif member.islnk():

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import IO
+from typing import IO, cast
 
 from django.conf import settings
 
@@ -104,7 +104,9 @@ def sync_upload(
             {"files": scan.files, "bytes": scan.bytes, "paths": scan.paths[:50]}
         )
         with _refusals(sandbox, root, "write"):
-            backend_of(sandbox).put_files(sandbox.backend_state, root, archive)
+            # The archive with the plan made while scanning: the backend reads no header again.
+            planned = cast(IO[bytes], scan.planned)
+            backend_of(sandbox).put_files(sandbox.backend_state, root, planned)
     touch(sandbox)
     return SyncUpload(path=root, files=scan.files, bytes=scan.bytes)
 

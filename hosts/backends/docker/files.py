@@ -8,10 +8,11 @@ runs inside the sandbox as the sandbox user, on an exec stream of its own:
 
 - downloads: `tar -c` streams out; the stream is closed as soon as the reader stops (the tar
   dies on its next write), and its end says whether everything could be read;
-- uploads: `tar -x` reads exactly the archive's size from stdin (archives.py). Directories
-  the archive writes into are checked first: a symbolic link among them is refused, neither
-  followed (it may point anywhere the sandbox user can write, /tmp, the home) nor replaced
-  by a directory (the user's link would silently disappear).
+- uploads: `tar -x` reads exactly the archive's size from stdin (archives.py), in the same
+  exec as the checks that come first: a symbolic link among the directories the archive
+  writes into is refused, neither followed (it may point anywhere the sandbox user can
+  write, /tmp, the home) nor replaced by a directory (the user's link would silently
+  disappear).
 
 This also reaches the tmpfs mounts (/tmp, the home), which the engine cannot see (moby#22020).
 """
@@ -31,8 +32,6 @@ from hosts.backends.base import BackendError, FileEntry, HeadTailBuffer, Sandbox
 from hosts.backends.docker.engine import Engine
 from hosts.backends.docker.exec import INTERNAL_TIMEOUT, Commands, Deadline, ExecStream
 from hosts.backends.docker.names import (
-    SANDBOX_GID,
-    SANDBOX_UID,
     SANDBOX_USER,
     WORKSPACE,
     container_ref,
@@ -49,17 +48,16 @@ _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
 _LIST = archives.LIST
 _TAR = archives.TAR_CREATE
 
-# sh -c _PREPARE sandhub-prepare DEST DIR...: DEST's components below /workspace, then each
-# DIR (relative to DEST, parents first) must be a directory or not exist yet.
-_PREPARE = r"""
-dest=$1; shift
+# The checks before anything is written: DEST's components below /workspace, then each DIR
+# (relative to DEST, parents first) must be a directory or not exist yet; then DEST is made.
+# `refuse` is what a check calls (exit _LINK_EXIT); `$dest` and the DIRs are set by the caller.
+_CHECKS = r"""
 check() {
     if [ -L "$1" ]; then
-        echo "$1 is a symbolic link: uploads neither follow links nor replace them;" \
-            "upload to the directory it points to, or remove the link first" >&2
-        exit 45
+        refuse "$1 is a symbolic link: uploads neither follow links nor replace them;" \
+            "upload to the directory it points to, or remove the link first"
     fi
-    if [ -e "$1" ] && [ ! -d "$1" ]; then echo "$1 exists and is not a directory" >&2; exit 45; fi
+    if [ -e "$1" ] && [ ! -d "$1" ]; then refuse "$1 exists and is not a directory"; fi
 }
 p=/workspace
 set -f; IFS=/
@@ -67,18 +65,42 @@ for part in ${dest#/workspace}; do
     [ -n "$part" ] && p=$p/$part && check "$p"
 done
 set +f; unset IFS
-mkdir -p -- "$dest" || exit 1
-[ -w "$dest" ] || { echo "$dest is not writable by the sandbox user" >&2; exit 1; }
+mkdir -p -- "$dest" || fail
+[ -w "$dest" ] || fail "$dest is not writable by the sandbox user"
 for d in "$@"; do check "$dest/$d"; done
 """
 
-# sh -c _EXTRACT sandhub-untar DEST SIZE: reads SIZE bytes of archive from stdin. All output
-# (the last of it) comes at the end, on stderr, so nothing waits to be read while we send.
-_EXTRACT = r"""
-{ head -c "$2" | tar -x -p --no-same-owner --no-overwrite-dir -C "$1" -f - 2>&1
+# sh -c _PREPARE sandhub-prepare DEST DIR...: the checks alone (an archive with more
+# directories than one command line holds: they go in batches before _EXTRACT).
+_PREPARE = (
+    r"""
+dest=$1; shift
+refuse() { echo "$@" >&2; exit 45; }
+fail() { [ -n "$1" ] && echo "$1" >&2; exit 1; }
+"""
+    + _CHECKS
+)
+
+# sh -c _EXTRACT sandhub-untar DEST SIZE DIR...: the checks, then SIZE bytes of archive read
+# from stdin into tar -x; one exec for both (an engine exec costs tens of milliseconds). A
+# refusal reads the archive to its end first (nothing is written), so the sender never waits
+# on a full pipe: it exits _LINK_EXIT, or _CHECK_FAILED when DEST cannot be made. tar's
+# output (the last of it) comes at the end, on stderr, so nothing waits to be read while we
+# send.
+_EXTRACT = (
+    r"""
+dest=$1 size=$2; shift 2
+refuse() { echo "$@" >&2; head -c "$size" >/dev/null; exit 45; }
+fail() { [ -n "$1" ] && echo "$1" >&2; head -c "$size" >/dev/null; exit 46; }
+"""
+    + _CHECKS
+    + r"""
+{ head -c "$size" | tar -x -p --no-same-owner --no-overwrite-dir -C "$dest" -f - 2>&1
   echo "sandhub-untar $?"; } | tail -c 16384 >&2
 """
+)
 _EXTRACT_STATUS = re.compile(r"sandhub-untar (\d+)\s*$")
+_CHECK_FAILED = 46  # what _EXTRACT exits with when DEST cannot be made or written
 
 
 class Files:
@@ -101,19 +123,19 @@ class Files:
         if dest_dir != WORKSPACE and not dest_dir.startswith(WORKSPACE + "/"):
             # Everything else writable in a sandbox is scratch (tmpfs): not where files go.
             raise BackendError(f"files can only be uploaded under {WORKSPACE}, not into {dest_dir}")
-        source = archives.seekable(archive)
+        source, planned, owned = archives.planned(archive)
         try:
-            planned = archives.plan(source, (SANDBOX_UID, SANDBOX_GID, "sandbox"))
-            self._prepare(state, dest_dir, planned.directories)
-            self._extract(container, dest_dir, source, planned)
+            batches = _batches(planned.directories)
+            if len(batches) > 1:  # more than one command line holds: checked beforehand
+                self._prepare(state, dest_dir, batches)
+                batches = []
+            self._extract(container, dest_dir, source, planned, batches[0] if batches else [])
         finally:
-            if source is not archive:
+            if owned:
                 source.close()
 
-    def _prepare(self, state: dict[str, Any], dest_dir: str, directories: list[str]) -> None:
-        if dest_dir == WORKSPACE and not directories:
-            return  # the volume's root always exists: skip the round trip
-        for batch in _batches(directories) or [[]]:
+    def _prepare(self, state: dict[str, Any], dest_dir: str, batches: list[list[str]]) -> None:
+        for batch in batches:
             code, _, message = self.commands.internal(state, _PREPARE, dest_dir, *batch)
             if code == _LINK_EXIT:
                 raise NotADirectoryError(message)
@@ -121,9 +143,15 @@ class Files:
                 raise BackendError(f"cannot create directory {dest_dir}: {message}")
 
     def _extract(
-        self, container: str, dest_dir: str, source: IO[bytes], planned: archives.Plan
+        self,
+        container: str,
+        dest_dir: str,
+        source: IO[bytes],
+        planned: archives.Plan,
+        directories: list[str],
     ) -> None:
-        command = ["sh", "-c", _EXTRACT, "sandhub-untar", dest_dir, str(planned.total)]
+        total = str(planned.total)
+        command = ["sh", "-c", _EXTRACT, "sandhub-untar", dest_dir, total, *directories]
         exec_id, stream = self._start(container, command, stdin=True)
         said = HeadTailBuffer(16 * 1024)
         sent = 0
@@ -151,6 +179,10 @@ class Files:
         if code == 0 and status and status.group(1) == "0" and sent == planned.total:
             return
         message = _EXTRACT_STATUS.sub("", output).strip() or f"exit code {code}"
+        if code == _LINK_EXIT:
+            raise NotADirectoryError(message)
+        if code == _CHECK_FAILED:
+            raise BackendError(f"cannot create directory {dest_dir}: {message}")
         # What the sandbox user may not do there is the caller's to fix, not the host's.
         if "Permission denied" in message:
             raise PermissionError(message)

@@ -2,16 +2,17 @@
 
 Each transfer is a session channel of its own on the host's connection, running `tar` as the
 sandbox (layout.as_sandbox: its user, its limits), so it reads and writes nothing the sandbox
-user could not. Memory stays bounded both ways: an upload is sent CHUNK bytes at a time
+user could not. Memory stays bounded both ways: an upload is sent SEND_BYTES at a time
 (archives.py), a download is handed on as paramiko receives it (its window bounds what is
 buffered). The channel is closed on every path: the end, an error, a consumer that stops
 reading (TarStream.close).
 
-- uploads: the archive is checked first (archives.plan: no absolute or `..` names, only files,
-  directories and links); the directories it writes into are checked on the host (a symbolic
-  link among them is refused: neither followed nor replaced, as on Docker); then `tar -x`
-  reads the archive from the channel, and its messages come at the end, so nothing waits to
-  be read while we send;
+- uploads: the archive is checked first (archives.plan, or the plan a caller made while
+  reading its headers: no absolute or `..` names, only files, directories and links); the
+  directories it writes into are checked on the host (a symbolic link among them is
+  refused: neither followed nor replaced, as on Docker); then `tar -x` reads the archive
+  from the channel, and its messages come at the end, so nothing waits to be read while we
+  send;
 - downloads: `tar -c` of the path's last component from its parent directory (the members are
   named after it, as on Docker); FileNotFoundError and PermissionError are raised by the call
   itself (the first chunk is read there), errors while reading at the stream's end.
@@ -101,13 +102,12 @@ class SshTars:
                 f"files can only be uploaded under {layout.WORKSPACE}, not into {dest_dir}"
             )
         host_dest = layout.host_path(state, dest)
-        source = archives.seekable(archive)
+        source, planned, owned = archives.planned(archive)
         try:
-            planned = archives.plan(source)
             self._prepare(state, host_dest, planned.directories)
             self._extract(state, host_dest, source, planned)
         finally:
-            if source is not archive:
+            if owned:
                 source.close()
 
     def _prepare(self, state: dict[str, Any], host_dest: str, directories: list[str]) -> None:
