@@ -186,6 +186,8 @@ class SyncDeleteView(ServiceView):
 
 class SyncDownloadView(ServiceView):
     pagination_class = None
+    # What it reads (its answer is a tar): OPTIONS describes a POST through it.
+    serializer_class = SyncPathsSerializer
 
     @extend_schema(
         summary="Download chosen entries as one tar, streamed (sync)",

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import io
 import logging
+import tarfile
 import traceback
 from collections.abc import Iterator
 from typing import Any
@@ -30,6 +32,7 @@ import requests
 import schemathesis
 from django.core.cache import caches
 from django.test import override_settings
+from hypothesis import strategies as st
 
 from sandboxes import services
 from sandboxes.models import Sandbox
@@ -50,6 +53,35 @@ REQUEST_TIMEOUT = 120.0  # a run-once creates a container: seconds, not minutes
 SERVER_LOGGERS = ("django.request", "uvicorn.error", "sandhub")
 REFUSES_UNKNOWN = "Refuses fields it does not know"
 METHODS = ["GET", "PUT", "POST", "DELETE", "OPTIONS", "PATCH", "TRACE", "QUERY"]
+
+
+def _tar(*members: tuple[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for name, content in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(content)
+            archive.addfile(info, io.BytesIO(content))
+    return buffer.getvalue()
+
+
+# Sync uploads take a raw tar (application/x-tar), a media type schemathesis cannot make by
+# itself: good archives, hostile ones (escaping names, absolute ones) and noise.
+schemathesis.openapi.media_type(
+    "application/x-tar",
+    st.one_of(
+        st.sampled_from(
+            [
+                _tar(("a.txt", b"a"), ("d/b.txt", b"b" * 700)),
+                _tar(("../escape.txt", b"x")),
+                _tar(("/abs.txt", b"x")),
+                _tar(),
+                b"",
+            ]
+        ),
+        st.binary(max_size=2048),
+    ),
+)
 
 
 class ServerErrors(logging.Handler):
