@@ -18,8 +18,10 @@ and nanosecond mtimes) as one pax tar. Each round, into a fresh directory of /wo
    every body before a view runs);
 
 then, once: the manifest of the unchanged tree, paged as the client reads it (seconds, after
-one warm-up), and a download of all its files as one tar (MB/s). Figures are medians of the
-rounds; compare ratios within one run, never absolute figures across runs.
+one warm-up), and a download of all its files as one tar (MB/s); and the client itself
+(sandhub.sync.push / pull from a local copy of the tree, in this process): an initial push, a
+re-sync of the unchanged tree (it sends nothing), a pull into an empty directory. Figures are
+medians of the rounds; compare ratios within one run, never absolute figures across runs.
 """
 
 from __future__ import annotations
@@ -217,6 +219,7 @@ def main() -> None:
             if answer.status_code != 200 or got < payload:
                 raise SystemExit(f"download answered {answer.status_code}, {got} bytes")
 
+        client = client_rounds(f"http://127.0.0.1:{port}", key, box, data, scratch, args.rounds)
         median = statistics.median
         print(f"tree: {args.files} files, {payload / 1e6:.0f} MB of content, tar {len(data)} B")
         print(f"rounds: {args.rounds} (medians; min in brackets)")
@@ -233,6 +236,11 @@ def main() -> None:
             f"{'manifest of the unchanged tree (target <= 0.5 s)':<52} "
             f"{median(manifest_seconds):7.3f} s   [{min(manifest_seconds):.3f} s]"
         )
+        print("the sandhub client (sandhub.sync, as `sandhub sync` runs it, in this process):")
+        for label, seconds in client[:2]:
+            print(f"{label:<52} {rate(payload, median(seconds))}  [{rate(payload, min(seconds))}]")
+        label, seconds = client[2]
+        print(f"{label:<52} {median(seconds):7.3f} s   [{min(seconds):.3f} s]")
     finally:
         if box is not None:
             services.delete_sandbox(principal, box)
@@ -240,6 +248,37 @@ def main() -> None:
         stop_web(trivial)
         sweep_containers(instance)
         remove_scratch(scratch)
+
+
+def client_rounds(url: str, key: str, box: str, data: bytes, scratch, rounds: int) -> list:
+    """The same tree pushed by the client from a local directory into a fresh remote one
+    (initial sync), pushed again unchanged (re-sync: a manifest, nothing sent), and pulled
+    into a fresh local directory; [(label, seconds per round)]."""
+    from sandhub.api import Platform
+    from sandhub.sync import pull, push
+
+    local = scratch / "local"
+    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+        archive.extractall(local, filter="tar")  # noqa: S202 - our own tree
+    pushes, resyncs, pulls = [], [], []
+    with Platform(url, key) as platform:
+        for round_ in range(rounds):
+            started = time.perf_counter()
+            sent = push(platform, local, box, f"client{round_}", gitignore=False)
+            pushes.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            again = push(platform, local, box, f"client{round_}", gitignore=False)
+            resyncs.append(time.perf_counter() - started)
+            if again.sent or not sent.sent:
+                raise SystemExit(f"re-sync sent {len(again.sent)} entries")
+            started = time.perf_counter()
+            pull(platform, box, f"client{round_}", scratch / f"pulled{round_}", gitignore=False)
+            pulls.append(time.perf_counter() - started)
+    return [
+        ("initial push (target >= 50 MB/s)", pushes),
+        ("pull into an empty directory", pulls),
+        ("re-sync of the unchanged tree (target <= 0.5 s)", resyncs),
+    ]
 
 
 def _wait_for(http, url: str) -> None:
