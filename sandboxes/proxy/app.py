@@ -36,22 +36,22 @@ async def serve_preview(scope: dict, receive: Any, send: Any) -> None:
         return
     token_in_query, query = credentials.query_without_token(scope.get("query_string", b""))
     jar = credentials.cookies(scope)
-    try:
-        grant = await service_call(
-            _authorize, scope, target, token_in_query or jar.get(services.PREVIEW_COOKIE), jar
-        )
-    except NotFound:
-        await _refuse(scope, send, 404, "not found")
-        return
+    token = token_in_query or jar.get(services.PREVIEW_COOKIE)
     if token_in_query and scope["type"] == "http":
         # The link's token becomes this preview's cookie (unless a member's session let the
         # request in: then the session does, whatever the token); the address loses it.
+        try:
+            grant = await service_call(_authorize, scope, target, token, jar)
+        except NotFound:
+            await _refuse(scope, send, 404, "not found")
+            return
         where = _address((target.prefix or "") + (target.path or "/"), query.encode("latin-1"))
         cookie = _token_cookie(scope, target, grant) if grant.token else None
         await _redirect(send, where, cookie=cookie)
         return
     try:
-        stream = await service_call(services.open_preview_stream, grant)
+        # Authorized and opened in one call: one thread hop, the sandbox read once.
+        grant, stream = await service_call(_authorize, scope, target, token, jar, True)
     except NotFound:
         await _refuse(scope, send, 404, "not found")
         return
@@ -81,19 +81,23 @@ async def _keep_active(grant: Any) -> None:
         await service_call(services.record_preview_activity, grant)
 
 
-def _authorize(scope: dict, target: routing.PreviewTarget, token: str | None, jar: dict) -> Any:
+def _authorize(
+    scope: dict, target: routing.PreviewTarget, token: str | None, jar: dict, open_it: bool = False
+) -> Any:
+    """The grant (blocking: run in a thread); with open_it, (grant, the opened stream)."""
     session = credentials.session_user(jar.get(settings.SESSION_COOKIE_NAME))
     client = scope.get("client")
-    return services.authorize_preview(
-        services.PreviewRequest(
-            sandbox_id=target.sandbox_id,
-            port=target.port,
-            user_id=session.user_id,
-            session_key=session.session_key,
-            token=token,
-            address=str(client[0]) if client else None,
-        )
+    request = services.PreviewRequest(
+        sandbox_id=target.sandbox_id,
+        port=target.port,
+        user_id=session.user_id,
+        session_key=session.session_key,
+        token=token,
+        address=str(client[0]) if client else None,
     )
+    if open_it:
+        return services.open_preview(request)
+    return services.authorize_preview(request)
 
 
 async def _websocket(scope, receive, send, port: AsyncPort, target, query: str) -> None:

@@ -69,6 +69,7 @@ from sandboxes.services.previews_access import (
     PreviewGrant,
     PreviewRequest,
     authorize_preview,
+    open_preview,
     open_preview_stream,
     record_preview_activity,
 )
@@ -111,6 +112,7 @@ __all__ = [
     "PreviewGrant",
     "PreviewRequest",
     "authorize_preview",
+    "open_preview",
     "deploy_app",
     "get_preview_url",
     "list_previews",

@@ -61,25 +61,29 @@ def authorize_preview(request: PreviewRequest) -> PreviewGrant:
     """Whether this request may reach the preview: a session of a member of the sandbox's
     team (any role), a valid token for exactly this preview, or nothing at all for a public
     preview of a team that allows them. NotFound for every refusal."""
+    return _authorized(request)[0]
+
+
+def _authorized(request: PreviewRequest) -> tuple[PreviewGrant, Sandbox]:
     sandbox, preview = _open_preview(request.sandbox_id, request.port)
     membership = _member(request.user_id, sandbox)
     if membership is not None:
         grant = PreviewGrant(sandbox.public_id, preview.port, preview.pk, "session", None, None)
         who = request.session_key or f"user-{request.user_id}"
         _audit_once(grant, sandbox, request, who, SESSION_AUDIT_SECONDS, membership.user)
-        return grant
+        return grant, sandbox
     if request.token:
         by_token = _token_grant(request.token, sandbox, preview)
         if by_token is not None:
             left = (by_token.token_expires_at or timezone.now()) - timezone.now()
             seconds = max(1, int(left.total_seconds()))
             _audit_once(by_token, sandbox, request, _digest(request.token), seconds, None)
-            return by_token
+            return by_token, sandbox
     if preview.public and sandbox.team.allow_public_previews:
         grant = PreviewGrant(sandbox.public_id, preview.port, preview.pk, "public", None, None)
         who = request.address or "unknown"
         _audit_once(grant, sandbox, request, who, PUBLIC_AUDIT_SECONDS, None)
-        return grant
+        return grant, sandbox
     raise NotFound(INVALID)
 
 
@@ -92,7 +96,7 @@ def _open_preview(sandbox_id: Any, port: Any) -> tuple[Sandbox, Preview]:
         raise NotFound(INVALID)
     preview = (
         Preview.objects.open()
-        .select_related("sandbox__team")
+        .select_related("sandbox__team", "sandbox__host")
         .filter(sandbox__public_id=sandbox_id, sandbox__status=SandboxStatus.RUNNING, port=port)
         .order_by()
         .first()
@@ -175,6 +179,13 @@ def _audit_once(
     )
 
 
+def open_preview(request: PreviewRequest, timeout: float = 5.0) -> tuple[PreviewGrant, PortStream]:
+    """authorize_preview and open_preview_stream in one: the sandbox row the authorization
+    read is the one the stream opens on (one query and one thread hop less per request)."""
+    grant, sandbox = _authorized(request)
+    return grant, _stream(sandbox, grant, timeout)
+
+
 def open_preview_stream(grant: PreviewGrant, timeout: float = 5.0) -> PortStream:
     """A byte stream to the preview's port inside the sandbox (the backend's own transport).
 
@@ -190,6 +201,10 @@ def open_preview_stream(grant: PreviewGrant, timeout: float = 5.0) -> PortStream
     )
     if sandbox is None:
         raise NotFound(INVALID)
+    return _stream(sandbox, grant, timeout)
+
+
+def _stream(sandbox: Sandbox, grant: PreviewGrant, timeout: float) -> PortStream:
     try:
         stream = backend_of(sandbox).open_port(sandbox.backend_state, grant.port, timeout)
     except PortClosed as exc:
