@@ -75,23 +75,14 @@ def test_sync_2000_files_then_only_the_3_changed_are_sent(cli_env, project, shar
     rows = uploads()[before:]
     assert len(rows) == 1 and rows[0].details["files"] == 2000, [r.details for r in rows]
 
-    # An unchanged tree: the manifest (one page) and nothing else.
+    # An unchanged tree: the manifest (one page) and nothing else (its speed is
+    # bench/bench_sync.py's to measure, never a timed test's).
     with Platform(cli_env["SANDHUB_URL"], cli_env["SANDHUB_API_KEY"]) as platform:
-        push(platform, project, shared_sandbox, "proj")  # warm the connection
-        started = time.perf_counter()
         report = push(platform, project, shared_sandbox, "proj")
-        elapsed = time.perf_counter() - started
     assert (report.sent, report.unchanged) == ([], 2001)
     assert len(uploads()) == before + 1
-    assert elapsed <= 0.5, f"re-sync of an unchanged 2,000-file tree took {elapsed:.3f} s"
-    started = time.perf_counter()
     cli = sandhub(cli_env, "sync", str(project), f"{shared_sandbox}:proj")
-    cli_elapsed = time.perf_counter() - started
     assert cli.returncode == 0 and "sent 0 entries" in cli.stderr, cli.stderr
-    print(
-        f"\nre-sync of an unchanged 2,000-file tree: {elapsed * 1000:.0f} ms "
-        f"(the CLI, Python's start included: {cli_elapsed * 1000:.0f} ms)"
-    )
 
     write(project, "pkg1/mod1.py", "changed = True\n")
     write(project, "pkg2/mod2.py", "changed = True\n")

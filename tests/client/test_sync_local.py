@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import os
 import tarfile
-import time
 from pathlib import Path
 
 import pytest
@@ -282,12 +281,10 @@ def test_push_sends_only_what_changed_in_one_tar_and_resync_is_fast(tmp_path, fa
         assert snapshot(fake.workspace / "proj") == snapshot(local)
 
         fake.calls.clear()
-        started = time.perf_counter()
         again = push(platform, local, SANDBOX, "proj")
-        elapsed = time.perf_counter() - started
         assert (again.sent, again.unchanged) == ([], 2001)
-        assert [c.route for c in fake.calls] == ["manifest/"]  # one page, no tar
-        assert elapsed <= 0.5, elapsed
+        # One page, no tar: what keeps a re-sync fast (timed by bench/bench_sync.py).
+        assert [c.route for c in fake.calls] == ["manifest/"]
 
         write(local, "pkg1/mod1.py", "changed\n")
         (local / "pkg2/mod2.py").chmod(0o700)
