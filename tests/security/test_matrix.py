@@ -95,13 +95,12 @@ def pwned_tar() -> bytes:
     """A tar a sync upload would write: pwned.txt."""
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w") as archive:
-        info = tarfile.TarInfo("pwned.txt")
-        info.size = 5
-        archive.addfile(info, io.BytesIO(b"pwned"))
+        archive.addfile(tarfile.TarInfo("pwned.txt"), None)  # an empty file will do
     return out.getvalue()
 
 
 SANDBOX_B = [{"sandbox_id": B_SB}]
+SECRET_PATHS = {"path": "/workspace", "paths": ["secret.txt"]}
 JOB_B = [{"sandbox_id": B_SB, "command_id": B_JOB}, {"sandbox_id": A_SB, "command_id": B_JOB}]
 REST_CASES: dict[tuple[str, str], RestCase] = {
     ("sandboxes", "GET"): RestCase(scoped=listed_in_team_a),
@@ -126,12 +125,8 @@ REST_CASES: dict[tuple[str, str], RestCase] = {
     ("deploy", "POST"): RestCase(SANDBOX_B, json={"command": PWN, "port": 8000}),
     ("manifest", "GET"): RestCase(SANDBOX_B, query={"path": "/workspace"}),
     ("sync", "POST"): RestCase(SANDBOX_B, raw=pwned_tar(), query={"path": "/workspace"}),
-    ("sync-delete", "POST"): RestCase(
-        SANDBOX_B, json={"path": "/workspace", "paths": ["secret.txt"]}
-    ),
-    ("sync-download", "POST"): RestCase(
-        SANDBOX_B, json={"path": "/workspace", "paths": ["secret.txt"]}
-    ),
+    ("sync-delete", "POST"): RestCase(SANDBOX_B, json=SECRET_PATHS),
+    ("sync-download", "POST"): RestCase(SANDBOX_B, json=SECRET_PATHS),
 }
 ROUTES = rest_routes()
 FAKE, DOCKER = ["fake"], [pytest.param("docker", marks=pytest.mark.docker)]
