@@ -78,6 +78,21 @@ head -c "$2" | tar -c -f - --null --no-recursion --hard-dereference --format=pos
 """
 
 
+def runner(exec_in_sandbox: Callable[..., ExecResult], cwd: str) -> Run:
+    """A Run over a backend's own exec (bound to one sandbox): the scripts' environment,
+    timeout and output cap; a timeout is a BackendError."""
+
+    def run(argv: list[str], stdin: bytes | None, cap: int) -> ExecResult:
+        result = exec_in_sandbox(
+            argv, cwd=cwd, env={}, timeout=TIMEOUT, output_cap=cap, stdin=stdin
+        )
+        if result.timed_out:
+            raise BackendError(f"the sandbox did not answer within {TIMEOUT:g} s")
+        return result
+
+    return run
+
+
 def names_blob(paths: list[str]) -> bytes:
     return b"".join(path.encode("utf-8", "surrogateescape") + b"\0" for path in paths)
 

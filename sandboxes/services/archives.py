@@ -25,7 +25,7 @@ from sandboxes.auditing import audited, current
 from sandboxes.errors import InvalidInput
 from sandboxes.models import Sandbox
 from sandboxes.results import FileStream
-from sandboxes.services.common import backend_errors, backend_of, running_sandbox
+from sandboxes.services.common import backend_errors, backend_of, running_sandbox, started_stream
 from tenants.principal import Principal
 
 CHUNK_BYTES = 64 * 1024
@@ -48,15 +48,7 @@ def open_archive_stream(
     limit = settings.SANDHUB_MAX_TRANSFER_BYTES
     with _reading(sandbox, full):
         stream = backend_of(sandbox).get_files(sandbox.backend_state, full)
-        chunks = _retar(stream, full, limit, gzip)
-        # The first chunk is made here, so a missing path or an engine error is raised (and
-        # audited) by this call, as a proper error response, not a stream that breaks off.
-        try:
-            first = next(chunks, b"")
-        except BaseException:
-            tarballs.close(stream)
-            raise
-    return FileStream(_prepended(first, chunks), chunks, stream)
+        return started_stream(_retar(stream, full, limit, gzip), stream)
 
 
 @contextlib.contextmanager
@@ -68,12 +60,6 @@ def _reading(sandbox: Sandbox, path: str) -> Iterator[None]:
         raise InvalidInput(
             f"cannot read {path}: permission denied (the sandbox user may not read it): {exc}"
         ) from exc
-
-
-def _prepended(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
-    if first:
-        yield first
-    yield from rest
 
 
 class _Output:

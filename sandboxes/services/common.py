@@ -11,10 +11,11 @@ from django.utils import timezone
 
 from hosts.backends import get_backend
 from hosts.backends.base import BackendError, SandboxBackend, SandboxGone
-from sandboxes import access
+from sandboxes import access, tarballs
 from sandboxes.auditing import current
 from sandboxes.errors import BackendFailure, Conflict, NotFound
 from sandboxes.models import ALLOWED_TRANSITIONS, Sandbox, SandboxStatus
+from sandboxes.results import FileStream
 from tenants.principal import Principal
 
 
@@ -83,3 +84,21 @@ def touch(sandbox: Sandbox) -> None:
 def decode_output(data: bytes) -> str:
     """Text as faithful as a database column allows: invalid UTF-8 and NUL as \\x escapes."""
     return data.decode("utf-8", errors="backslashreplace").replace("\x00", "\\x00")
+
+
+def started_stream(chunks: Iterator[bytes], source: Iterator[bytes]) -> FileStream:
+    """A download whose first chunk is made now, so that a missing path or an engine error
+    is raised (and audited) by the service call, as a proper error response, rather than by
+    whoever iterates the stream later. `source` (the backend's stream) is closed on error."""
+    try:
+        first = next(chunks, b"")
+    except BaseException:
+        tarballs.close(source)
+        raise
+    return FileStream(_prepended(first, chunks), chunks, source)
+
+
+def _prepended(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
+    if first:
+        yield first
+    yield from rest

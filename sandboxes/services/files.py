@@ -27,6 +27,7 @@ from sandboxes.services.common import (
     backend_of,
     decode_output,
     running_sandbox,
+    started_stream,
     touch,
 )
 from tenants.principal import Principal
@@ -183,21 +184,8 @@ def open_file_stream(principal: Principal, sandbox_id: str, path: str) -> FileSt
     current().details["path"] = full
     with _reading(sandbox, full):
         stream = backend_of(sandbox).get_files(sandbox.backend_state, full)
-        chunks = tarballs.first_file(stream, full)  # closes the stream when it ends
-        # Read the first chunk here, so "is a directory" and engine errors are raised (and
-        # audited) by this call rather than by whoever iterates the stream later.
-        try:
-            first = next(chunks, b"")
-        except BaseException:
-            tarballs.close(stream)
-            raise
-    return FileStream(_prepended(first, chunks), chunks, stream)
-
-
-def _prepended(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
-    if first:
-        yield first
-    yield from rest
+        # first_file closes the stream when it ends; "is a directory" comes at its start.
+        return started_stream(tarballs.first_file(stream, full), stream)
 
 
 @contextlib.contextmanager

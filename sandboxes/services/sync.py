@@ -17,14 +17,20 @@ from typing import IO, cast
 
 from django.conf import settings
 
-from sandboxes import tarballs, validation
+from sandboxes import validation
 from sandboxes.access import READ, WRITE
 from sandboxes.auditing import audited, current
 from sandboxes.errors import InvalidInput
 from sandboxes.models import Sandbox
 from sandboxes.results import FileStream
 from sandboxes.results_sync import Manifest, ManifestEntry, SyncDelete, SyncUpload
-from sandboxes.services.common import backend_errors, backend_of, running_sandbox, touch
+from sandboxes.services.common import (
+    backend_errors,
+    backend_of,
+    running_sandbox,
+    started_stream,
+    touch,
+)
 from sandboxes.services.synctar import relative_names, retar, scan_upload, spool
 from tenants.principal import Principal
 
@@ -142,18 +148,4 @@ def open_sync_download(
     limit = settings.SANDHUB_MAX_TRANSFER_BYTES
     with _refusals(sandbox, root, "read"), backend_errors(sandbox, f"read {root}", missing=root):
         stream = backend_of(sandbox).get_entries(sandbox.backend_state, root, names)
-        chunks = retar(stream, set(names), limit)
-        # The first chunk is made here, so a missing root or an engine error is this call's
-        # (audited, a proper error response), not a stream that breaks off.
-        try:
-            first = next(chunks, b"")
-        except BaseException:
-            tarballs.close(stream)
-            raise
-    return FileStream(_prepended(first, chunks), chunks, stream)
-
-
-def _prepended(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
-    if first:
-        yield first
-    yield from rest
+        return started_stream(retar(stream, set(names), limit), stream)

@@ -9,13 +9,14 @@ the names sent on its stdin: never on a command line, never through a shell's pa
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from hosts.backends import syncscripts
 from hosts.backends.agent import synccalls
-from hosts.backends.base import BackendError, ExecResult, ManifestPage
+from hosts.backends.base import ManifestPage
 from hosts.backends.docker.agent_link import AgentLink, AgentUnavailable
 from hosts.backends.docker.exec import INTERNAL_TIMEOUT, Commands
 from hosts.backends.docker.files import Files, TarStream
@@ -53,21 +54,7 @@ class TreeSync:
         return syncscripts.delete_by_exec(self._run(state), root, paths)
 
     def _run(self, state: dict[str, Any]) -> syncscripts.Run:
-        def run(argv: list[str], stdin: bytes | None, cap: int) -> ExecResult:
-            result = self.commands.exec(
-                state,
-                argv,
-                cwd="/",
-                env={},
-                timeout=syncscripts.TIMEOUT,
-                output_cap=cap,
-                stdin=stdin,
-            )
-            if result.timed_out:
-                raise BackendError(f"the sandbox did not answer within {syncscripts.TIMEOUT:g} s")
-            return result
-
-        return run
+        return syncscripts.runner(functools.partial(self.commands.exec, state), "/")
 
     def get_entries(self, state: dict[str, Any], root: str, paths: list[str]) -> Iterator[bytes]:
         names = syncscripts.names_blob(paths)

@@ -9,12 +9,13 @@ mapped to the host's directory here; entries are relative, so nothing maps back.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import Any
 
 from hosts.backends import syncscripts
 from hosts.backends.agent import synccalls
-from hosts.backends.base import BackendError, ExecResult, ManifestPage
+from hosts.backends.base import ManifestPage
 from hosts.backends.ssh import layout
 from hosts.backends.ssh.agent_link import AgentUnavailable, SshAgentLink
 from hosts.backends.ssh.plain import PlainCommands, _feed
@@ -51,21 +52,7 @@ class SshTreeSync:
         return syncscripts.delete_by_exec(self._run(state), host_root, paths)
 
     def _run(self, state: dict[str, Any]) -> syncscripts.Run:
-        def run(argv: list[str], stdin: bytes | None, cap: int) -> ExecResult:
-            result = self.plain.exec(
-                state,
-                argv,
-                cwd=layout.WORKSPACE,
-                env={},
-                timeout=syncscripts.TIMEOUT,
-                output_cap=cap,
-                stdin=stdin,
-            )
-            if result.timed_out:
-                raise BackendError(f"the sandbox did not answer within {syncscripts.TIMEOUT:g} s")
-            return result
-
-        return run
+        return syncscripts.runner(functools.partial(self.plain.exec, state), layout.WORKSPACE)
 
     def get_entries(self, state: dict[str, Any], root: str, paths: list[str]) -> Iterator[bytes]:
         host_root = layout.host_path(state, root)
