@@ -41,7 +41,9 @@ def is_preview_host(scope: dict) -> bool:
     domain = settings.SANDHUB_PREVIEW_DOMAIN
     if not domain:
         return False
-    host = _host(scope).rsplit(":", 1)[0] if "]" not in _host(scope) else _host(scope)
+    host = _host(scope)
+    if "]" not in host:  # an IPv6 literal is no preview host; elsewhere drop the port
+        host = host.rsplit(":", 1)[0]
     return host.endswith("." + domain)
 
 
