@@ -287,6 +287,7 @@ def test_rest_run_once(fake_backend, client):
     body = response.json()
     assert body["deleted"] is True and body["result"]["stdout"] == "once\n"
     assert body["result"]["id"] and body["result"]["channel"] == "api"
+    assert removal.wait_for_removals()  # the container goes after the answer, on a thread
     assert fake_backend.sandboxes == {}
     bad = [{"path": "x.bin", "content": "%%%", "encoding": "base64"}]
     refused = client.post("/api/v1/run-once/", {"command": "true", "files": bad}, "json")
