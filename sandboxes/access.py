@@ -11,6 +11,7 @@ from sandboxes import validation
 from sandboxes.errors import NotFound, PermissionDenied
 from sandboxes.models import Sandbox
 from tenants.models import Role
+from tenants.prepared import PreparedRead
 from tenants.principal import Principal
 
 READ, WRITE = "read", "write"
@@ -51,11 +52,25 @@ def _allowed(principal: Principal, role: str | None, need: str, doing: str) -> s
     return role
 
 
+def _visible_sandboxes() -> QuerySet[Sandbox]:
+    return Sandbox.objects.visible().select_related("team", "owner", "host", "image")
+
+
 def sandboxes_of(principal: Principal):
-    queryset = Sandbox.objects.visible().select_related("team", "owner", "host", "image")
+    queryset = _visible_sandboxes()
     if is_platform_admin(principal) and principal.team is None:
         return queryset
     return queryset.filter(team=principal.team)
+
+
+# Every call on a sandbox reads it like this: compiled once (tenants/prepared.py).
+_team_sandbox: PreparedRead[Sandbox] = PreparedRead(
+    lambda team_id, public_id: (
+        _visible_sandboxes().filter(team_id=team_id, public_id=public_id).order_by()[:1]
+    ),
+    -1_734_028_195,  # within a 32-bit key: Django drops out-of-range lookups
+    "\x00sandbox placeholder",
+)
 
 
 def _first(queryset: QuerySet[Sandbox]) -> Sandbox | None:
@@ -64,10 +79,16 @@ def _first(queryset: QuerySet[Sandbox]) -> Sandbox | None:
     return next(iter(queryset.order_by()[:1]), None)
 
 
+def _find(principal: Principal, sandbox_id: str) -> Sandbox | None:
+    if principal.team is not None:
+        return _team_sandbox.first(principal.team.pk, sandbox_id)
+    return _first(sandboxes_of(principal).filter(public_id=sandbox_id))
+
+
 def get_sandbox(principal: Principal, sandbox_id: str, need: str, doing: str) -> Sandbox:
     validation.sandbox_id(sandbox_id)
     role = role_of(principal)  # one membership read per call: it decides both checks
-    sandbox = _first(sandboxes_of(principal).filter(public_id=sandbox_id)) if role else None
+    sandbox = _find(principal, sandbox_id) if role else None
     if sandbox is None:
         raise NotFound(f"sandbox {sandbox_id} not found")
     _allowed(principal, role, need, doing)

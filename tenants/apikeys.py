@@ -30,6 +30,7 @@ from django.utils import timezone
 from tenants import ratelimits
 from tenants.errors import InvalidInput
 from tenants.models import ApiKey, ApiKeyScope, Channel, Membership, Team
+from tenants.prepared import PreparedRead
 from tenants.principal import Principal
 
 logger = logging.getLogger("sandhub.apikeys")
@@ -180,15 +181,7 @@ def authenticate(
         _refuse(ratelimits.Failure("malformed key", None, address, channel))
         return None
     prefix, secret = match.groups()
-    # One query: the key, its user and team, and whether the user is still a member.
-    # The prefix is unique: no ordering to compile (.first() would add one).
-    found = (
-        ApiKey.objects.select_related("user", "team")
-        .annotate(member_role=_member_role())
-        .filter(prefix=prefix)
-        .order_by()[:1]
-    )
-    key = next(iter(found), None)
+    key = _key_by_prefix.first(prefix)
     # Hash even when there is no row, so timing does not tell which prefixes exist.
     expected = key.secret_hash if key else "0" * 64
     if not hmac.compare_digest(_hash(secret), expected) or key is None:
@@ -202,6 +195,19 @@ def authenticate(
         _refuse(ratelimits.Failure(reason, prefix, address, channel, key.user, key.team))
         return None
     return key
+
+
+# One query: the key, its user and team, and whether the user is still a member; compiled
+# once (tenants/prepared.py). The prefix is unique: no ordering (.first() would add one).
+_key_by_prefix: PreparedRead[ApiKey] = PreparedRead(
+    lambda prefix: (
+        ApiKey.objects.select_related("user", "team")
+        .annotate(member_role=_member_role())
+        .filter(prefix=prefix)
+        .order_by()[:1]
+    ),
+    "\x00key placeholder",
+)
 
 
 def _member_role() -> Subquery:
