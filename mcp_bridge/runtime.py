@@ -6,14 +6,17 @@ request's access token is visible there), with Django's connection hygiene aroun
 threads are not Django requests, so nothing else would close their connections.
 
 Live output is bridged the other way: a backend calls `on_output` from whatever thread reads
-the command's streams; the callback only hands the chunk to the event loop
-(call_soon_threadsafe), and the async side turns chunks into MCP progress and log
-notifications. A slow or vanished client therefore never stalls the command.
+the command's streams; the callback only appends the chunk to a deque, which the async side
+drains every tick into MCP progress and log notifications. A slow or vanished client
+therefore never stalls the command. A command that is over before the first tick sends no
+notifications at all: its result, which comes at once, carries the same output, and the
+plain JSON answer is a fraction of the work of an event stream for both ends.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import logging
 import time
@@ -101,8 +104,8 @@ class OutputPump:
         self.ctx = ctx
         self.label = label
         self.timeout = timeout
-        self.loop = asyncio.get_running_loop()
-        self.queue: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue()
+        # Appended from the backend's thread, drained on the loop: deque operations are atomic.
+        self.chunks: collections.deque[tuple[str, bytes]] = collections.deque()
         self.started = time.monotonic()
         self.streamed = 0
         self.last_line = ""
@@ -110,12 +113,12 @@ class OutputPump:
 
     def on_output(self, stream: str, chunk: bytes) -> None:
         """Called by the backend from its own thread: only hand over, never block."""
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, (stream, chunk))
+        self.chunks.append((stream, chunk))
 
     async def flush(self, final: bool = False) -> None:
         texts: dict[str, list[str]] = {}
-        while not self.queue.empty():
-            stream, chunk = self.queue.get_nowait()
+        while self.chunks:
+            stream, chunk = self.chunks.popleft()
             texts.setdefault(stream, []).append(chunk.decode("utf-8", errors="replace"))
         for stream, parts in texts.items():
             await self._log(stream, "".join(parts))
@@ -156,15 +159,19 @@ async def call_streaming(
     *args: Any,
     **kwargs: Any,
 ) -> T:
-    """Like call(), passing `on_output=`, and forwarding output while fn runs."""
+    """Like call(), passing `on_output=`, and forwarding output while fn runs (from the first
+    tick on: what is over before it is answered by its result alone)."""
     pump = OutputPump(ctx, label, timeout)
     task = asyncio.ensure_future(call_long(fn, *args, on_output=pump.on_output, **kwargs))
     try:
+        streaming = False
         while not task.done():
             await asyncio.wait({task}, timeout=TICK_SECONDS)
             if not task.done():
+                streaming = True
                 await pump.flush()
-        await pump.flush(final=True)
+        if streaming:  # the rest of the output, and "finished"
+            await pump.flush(final=True)
     finally:
         if not task.done():  # the client went away: the command still finishes and is kept
             task.cancel()

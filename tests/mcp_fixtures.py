@@ -25,6 +25,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.db import connection, connections
 from django.utils import timezone
+from fastmcp import Client
 
 from hosts.backends import reset_backends
 from hosts.models import Host, Image
@@ -197,6 +198,11 @@ def asgi_server(live_db) -> str:
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     thread.join(timeout=15)
+
+
+def mcp(server: str, key: str | None, **kwargs) -> Client:
+    """A fastmcp.Client on the live server's endpoint with this key."""
+    return Client(f"{server}/mcp/", auth=key, **kwargs)
 
 
 def run(coroutine):

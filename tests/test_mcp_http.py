@@ -7,11 +7,9 @@ import asyncio
 import base64
 import json
 import socket
-import time
 
 import httpx2 as httpx
 import pytest
-from fastmcp import Client
 from fastmcp.exceptions import ToolError
 
 from sandboxes.models import CommandExecution, Sandbox
@@ -21,6 +19,7 @@ from tests.mcp_fixtures import (
     CALC,
     EXPECTED_TOOLS,
     TEST_CALC,
+    mcp,
     run,
 )
 
@@ -58,10 +57,6 @@ SANDBOX_CALLS = WRITE_CALLS[1:-1] + [
     ("list_files", {"sandbox_id": "SB"}),
     ("read_file", {"sandbox_id": "SB", "path": "/etc/hostname"}),
 ]
-
-
-def mcp(server: str, key: str | None, **kwargs) -> Client:
-    return Client(f"{server}/mcp/", auth=key, **kwargs)
 
 
 def counts() -> tuple[int, int]:
@@ -154,40 +149,6 @@ def test_flow_create_upload_run_test_read_download_delete(asgi_server, world):
     assert deleted.structured_content["status"] == "deleted"
     assert after.structured_content["sandbox"] is None
     assert Sandbox.objects.get(public_id=sandbox_id).status == "deleted"
-
-
-def test_progress_and_log_notifications_arrive_while_the_command_runs(
-    asgi_server, world, shared_sandbox
-):
-    progress: list[tuple[float, str]] = []
-    logs: list[tuple[float, str]] = []
-
-    async def on_progress(value, total, message):
-        progress.append((time.monotonic(), message or ""))
-
-    async def on_log(message):
-        data = message.data
-        logs.append((time.monotonic(), data.get("msg", "") if isinstance(data, dict) else data))
-
-    async def conversation():
-        async with mcp(
-            asgi_server, world.keys["alice"], progress_handler=on_progress, log_handler=on_log
-        ) as client:
-            result = await client.call_tool(
-                "run_command",
-                {
-                    "sandbox_id": shared_sandbox,
-                    "command": "for i in 1 2 3; do echo tick $i; sleep 1; done",
-                },
-            )
-            return result, time.monotonic()
-
-    result, finished = run(conversation())
-    assert result.data.stdout == "tick 1\ntick 2\ntick 3\n"
-    early = [message for at, message in progress if at < finished - 1.0]
-    assert len(early) >= 2, progress  # not all bunched up at the end
-    assert any("tick 1" in text for at, text in logs if at < finished - 1.5), logs
-    assert "".join(text for _, text in logs) == "tick 1\ntick 2\ntick 3\n"
 
 
 def test_resources_and_prompts_are_readable(asgi_server, world, shared_sandbox):
