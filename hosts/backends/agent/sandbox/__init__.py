@@ -7,6 +7,7 @@ only use names of the modules before it, and no two define the same top-level na
 (tests/test_agent_protocol.py checks both). They are also importable on the platform, for
 tests; nothing there runs at import.
 
+- oom:   every child the agent starts goes before it when memory runs out (oom_score_adj);
 - wire:  the protocol constants (this side's copy of protocol.py), frames out, requests in
          flight, the worker pool and the reaper of children;
 - procs: the fork-free /proc sweep, output kept head and tail;
@@ -17,4 +18,4 @@ tests; nothing there runs at import.
 - main:  the agent itself: reads frames, dispatches requests, shuts down at end of input.
 """
 
-PARTS = ("wire", "procs", "command", "files", "sync", "ports", "main")
+PARTS = ("oom", "wire", "procs", "command", "files", "sync", "ports", "main")

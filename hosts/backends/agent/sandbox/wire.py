@@ -16,6 +16,8 @@ import threading
 import time
 from typing import Any
 
+from .oom import oom_first
+
 VERSION = 1
 HEADER = struct.Struct("!IIB")
 MAX_PAYLOAD = 1024 * 1024
@@ -133,95 +135,6 @@ class Request:
 
     def credit(self, count: int) -> None:
         self.wire.send([Wire.packet(self.rid, CREDIT, struct.pack("!I", count))])
-
-
-# Every child starts as the OOM killer's first choice (oom_score_adj 1000): a command that
-# fills the sandbox's memory must not take the agent, the one process that can still stop it
-# then (no new process starts while the memory is full). Raising a score needs no privilege.
-# It must hold from the child's first instruction (what it forks inherits its score then), so
-# it is set between fork and exec, never by the agent after Popen returns. Measured through
-# the agent (`true`, median, idle host; loaded: about twice the extra): Popen alone 1.7 ms; a
-# /bin/sh shim that writes the score and execs the command +0.5 ms (one more exec); Popen's
-# preexec_fn +1.8 ms (it forces fork instead of vfork, and then every page the agent writes is
-# a copy-on-write fault). So the shim where dash runs the command exactly as Popen would, and
-# preexec_fn (exact, raw calls only) elsewhere. A helper process of score 1000 that spawns
-# for the agent costs +0.3 ms too, and one more process in every sandbox.
-_OOM_SHIM = 'echo 1000 2>/dev/null >/proc/self/oom_score_adj; exec "$@"'
-_OOM_PATH = b"/proc/self/oom_score_adj"
-# dash passes its environment on unchanged but for these: names a shell cannot hold are
-# dropped, and it sets IFS, OPTIND and PPID itself (PWD too, unless it names the cwd).
-_SHELL_NAME_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
-_SHELL_NAME_CHARS = _SHELL_NAME_START | frozenset("0123456789")
-_SHELL_OWN_NAMES = frozenset(("IFS", "OPTIND", "PPID"))
-# A program that is neither is refused by execve (ENOEXEC): Popen reports it, dash would run
-# it as a script.
-_EXEC_MAGICS = (b"#!", b"\x7fELF")
-
-
-def _is_dash(path: str = "/bin/sh") -> bool:
-    return os.path.basename(os.path.realpath(path)) == "dash" and os.access(path, os.X_OK)
-
-
-_DASH = _is_dash()
-
-
-def _oom_first_in_child() -> None:
-    """Popen's preexec_fn: runs in the forked child of a threaded agent, so raw calls only."""
-    try:
-        fd = os.open(_OOM_PATH, os.O_WRONLY)
-        try:
-            os.write(fd, b"1000")
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
-
-
-def _shell_keeps(env: dict[str, str], cwd: str) -> bool:
-    """dash would hand this environment on unchanged (see _SHELL_OWN_NAMES)."""
-    for name in env:
-        if name[:1] not in _SHELL_NAME_START or not _SHELL_NAME_CHARS.issuperset(name):
-            return False
-    if _SHELL_OWN_NAMES.intersection(env) or "%" in env.get("PATH", "%"):
-        return False  # no PATH: dash and Popen search different defaults; % is dash syntax
-    return env.get("PWD") == cwd and cwd.startswith("/")
-
-
-def _starts_as_popen_would(program: str, cwd: str, env: dict[str, str]) -> bool:
-    """dash's `exec` runs the program Popen would run: the first candidate on PATH that is an
-    executable file is a binary or #! script (no candidate at all, or an error: Popen, which
-    says it as it does today)."""
-    if "/" in program:
-        candidates = [program]
-    else:
-        candidates = [os.path.join(part, program) for part in env["PATH"].split(":")]
-    for candidate in candidates:
-        path = os.path.join(cwd, candidate)  # as the child sees it, after its chdir
-        try:
-            if not os.path.isfile(path) or not os.access(path, os.X_OK):
-                continue  # execve fails (EACCES, ENOENT): both go on to the next
-            with open(path, "rb") as handle:
-                return handle.read(4).startswith(_EXEC_MAGICS)
-        except (OSError, ValueError):
-            return False
-    return False
-
-
-def oom_first(argv: list[str], options: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
-    """Popen's arguments for a child that has score 1000 before its first instruction, and
-    otherwise runs as Popen(argv, **options) would run it."""
-    env, cwd = options.get("env"), options.get("cwd")
-    if (
-        _DASH
-        and argv
-        and not argv[0].startswith("-")  # dash's exec might read it as an option
-        and env is not None
-        and isinstance(cwd, str)
-        and _shell_keeps(env, cwd)
-        and _starts_as_popen_would(argv[0], cwd, env)
-    ):
-        return ["/bin/sh", "-c", _OOM_SHIM, "sandhub", *argv], options
-    return argv, {**options, "preexec_fn": _oom_first_in_child}
 
 
 class Reaper:
