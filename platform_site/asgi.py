@@ -18,6 +18,7 @@ django_app = get_asgi_application()  # sets Django up before anything imports mo
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from mcp_bridge.server import http_app  # noqa: E402
+from platform_site.gcpolicy import settle_long_lived_process  # noqa: E402
 from sandboxes.proxy.app import serve_preview  # noqa: E402
 from sandboxes.proxy.routing import wants_preview  # noqa: E402
 
@@ -28,6 +29,7 @@ mcp_app = http_app(MCP_PATH)
 # works with DEBUG on, and whitenoise is not a dependency. They are few and small; a
 # deployment with a reverse proxy may serve STATIC_ROOT (collectstatic) instead.
 web_app = ASGIStaticFilesHandler(django_app)
+settle_long_lived_process()  # what is imported by now lives as long as the process (gcpolicy.py)
 
 
 async def application(scope, receive, send) -> None:
