@@ -88,6 +88,9 @@ TEMPLATES = [
 ]
 
 
+SQLITE_ENGINE = "platform_site.sqlite3"
+
+
 def _database() -> dj_database_url.DBConfig:
     url = env_str("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'sandhub.sqlite3'}"
     try:
@@ -95,6 +98,8 @@ def _database() -> dj_database_url.DBConfig:
     except ValueError as exc:
         raise EnvError(f"DATABASE_URL is not a database URL: {exc}") from exc
     sqlite = config["ENGINE"] == "django.db.backends.sqlite3"
+    if sqlite:
+        config["ENGINE"] = SQLITE_ENGINE  # Django's, without RETURNING (sqlite3/base.py)
     # Seconds a thread keeps its connection between calls. SQLite's cost nothing to keep, and
     # opening one (with the pragmas below) was a fixed cost on every MCP call; PostgreSQL's
     # are closed after each call by default (a server's connection slots are few).
@@ -274,7 +279,7 @@ SANDHUB_RATELIMIT_EXEMPT_ADDRESSES = env_list(
 # The tests run the web app in a thread and `manage.py mcp` in a subprocess against the test
 # database, so a SQLite test database must be a file: an in-memory one is private to one
 # connection. One name per test process, so parallel runs do not share it.
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+if DATABASES["default"]["ENGINE"] == SQLITE_ENGINE:
     import os as _os
     import tempfile as _tempfile
 
