@@ -6,7 +6,9 @@ volume, no network), under a pool id (`wp_...`) in place of a sandbox id and wit
 org.sandhub.pool=1. Claiming it for a sandbox:
 
 - applies the sandbox's memory (and the same swap limit, i.e. none), cpu and pids limits with
-  the engine's update API, on the running container (~15 ms);
+  the engine's update API, on the running container (~15 ms), unless the member already has
+  exactly these (the usual case: members are made with the default limits) as its inspection
+  shows;
 - renames the container to `sandhub-<sandbox id>`, so operators find it under the usual name.
 
 Labels cannot change after creation, so a claimed container keeps org.sandhub.sandbox=<pool id>
@@ -62,13 +64,15 @@ class Pool:
         name = NAME_PREFIX + spec.sandbox_id
         with self.engine.errors(f"claiming warm container {container[:12]}"):
             try:
-                self._update_limits(api, container, spec)
+                info = api.inspect_container(container)
+                if info["State"]["Status"] != "running":
+                    raise SandboxGone(f"warm container {container[:12]} is not running")
+                wanted = _limits(spec)
+                if any(info["HostConfig"].get(key) != value for key, value in wanted.items()):
+                    self._update_limits(api, container, wanted)
                 api.rename(container, name)
-                running = api.inspect_container(container)["State"]["Status"] == "running"
             except docker.errors.NotFound as exc:
                 raise SandboxGone(f"warm container {container[:12]} no longer exists") from exc
-        if not running:
-            raise SandboxGone(f"warm container {container[:12]} is not running")
         return {
             "container_id": container,
             "container_name": name,
@@ -76,17 +80,9 @@ class Pool:
             "pool_id": state.get("pool_id", ""),
         }
 
-    def _update_limits(self, api: docker.APIClient, container: str, spec: SandboxSpec) -> None:
+    def _update_limits(self, api: docker.APIClient, container: str, body: dict[str, int]) -> None:
         # The SDK's update_container() knows neither NanoCpus nor PidsLimit; the engine's
-        # update endpoint does (API 1.25+), so post it directly. MemorySwap equal to Memory:
-        # no swap, as at creation; setting both together lets memory grow past the old swap.
-        memory = spec.memory_mb * 1024 * 1024
-        body = {
-            "Memory": memory,
-            "MemorySwap": memory,
-            "NanoCpus": int(spec.cpus * 1_000_000_000),
-            "PidsLimit": spec.pids_limit,
-        }
+        # update endpoint does (API 1.25+), so post it directly.
         response = api._post_json(api._url("/containers/{0}/update", container), data=body)
         api._raise_for_status(response)
         # The engine refuses limits it cannot set (an error, raised above); it only warns
@@ -94,3 +90,15 @@ class Pool:
         # claimed sandbox holds exactly the limits a freshly made one would.
         for warning in (response.json() or {}).get("Warnings") or []:
             logger.warning("updating the limits of %s: %s", container[:12], warning)
+
+
+def _limits(spec: SandboxSpec) -> dict[str, int]:
+    """The sandbox's limits as the engine's HostConfig holds them. MemorySwap equal to Memory:
+    no swap, as at creation; setting both together lets memory grow past the old swap."""
+    memory = spec.memory_mb * 1024 * 1024
+    return {
+        "Memory": memory,
+        "MemorySwap": memory,
+        "NanoCpus": int(spec.cpus * 1_000_000_000),
+        "PidsLimit": spec.pids_limit,
+    }
