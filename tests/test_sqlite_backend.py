@@ -1,6 +1,6 @@
 """The SQLite engine (platform_site/sqlite3): Django's, with inserts that commit in one step
-(no RETURNING), the new id taken from the cursor. Checked on SQLite only; PostgreSQL keeps
-Django's own backend and its RETURNING."""
+(no RETURNING), the new id taken from the cursor. PostgreSQL keeps Django's own backend and
+its RETURNING; the same tests check that, and that ids are right on either."""
 
 from __future__ import annotations
 
@@ -15,23 +15,26 @@ from tenants import audit
 from tenants.models import AuditLog
 from tenants.principal import Principal
 
-pytestmark = pytest.mark.skipif(
-    connection.vendor != "sqlite", reason="the engine is SQLite's; PostgreSQL keeps Django's"
-)
+SQLITE = connection.vendor == "sqlite"
 
 
-def test_every_sqlite_database_url_gets_the_engine():
-    assert settings.DATABASES["default"]["ENGINE"] == "platform_site.sqlite3"
-    assert connection.features.can_return_columns_from_insert is False
-    assert connection.features.can_return_rows_from_bulk_insert is False
+def test_every_sqlite_database_url_gets_the_engine_and_postgresql_keeps_djangos():
+    engine = settings.DATABASES["default"]["ENGINE"]
+    if SQLITE:
+        assert engine == "platform_site.sqlite3"
+    else:
+        assert engine == "django.db.backends.postgresql"
+    assert connection.features.can_return_columns_from_insert is not SQLITE
+    assert connection.features.can_return_rows_from_bulk_insert is not SQLITE
 
 
-def test_an_insert_has_no_returning_and_the_row_gets_its_own_id(as_alice: Principal):
+def test_an_sqlite_insert_has_no_returning_and_the_row_gets_its_own_id(as_alice: Principal):
     with CaptureQueriesContext(connection) as queries:
         first = audit.record(as_alice, "probe.first", details={"n": 1})
         second = audit.record(as_alice, "probe.second", details={"n": 2})
     inserts = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("INSERT")]
-    assert len(inserts) == 2 and not any("RETURNING" in sql for sql in inserts)
+    assert len(inserts) == 2
+    assert all(("RETURNING" in sql) is not SQLITE for sql in inserts)
     assert first.pk is not None and second.pk == first.pk + 1
     assert AuditLog.objects.get(pk=first.pk).action == "probe.first"
     assert AuditLog.objects.get(pk=second.pk).details == {"n": 2}
