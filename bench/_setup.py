@@ -101,8 +101,14 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_web(port: int, workers: int = 1, log: Path | None = None) -> subprocess.Popen:
-    """uvicorn on platform_site.asgi (as scripts/run.sh starts it) with `workers` processes,
+def start_web(
+    port: int,
+    workers: int = 1,
+    log: Path | None = None,
+    app: str = "platform_site.asgi:application",
+) -> subprocess.Popen:
+    """uvicorn on `app`, platform_site.asgi by default (as scripts/run.sh starts it), with
+    `workers` processes,
     in its own process group so stop_web reaches the workers too; this process's environment
     (DATABASE_URL, SANDHUB_*) is inherited. `log`: a file for its output (say, fastmcp's line
     per notification sent), instead of this terminal."""
@@ -112,7 +118,7 @@ def start_web(port: int, workers: int = 1, log: Path | None = None) -> subproces
             sys.executable,
             "-m",
             "uvicorn",
-            "platform_site.asgi:application",
+            app,
             "--host",
             "127.0.0.1",
             "--port",

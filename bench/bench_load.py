@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/bench_load.py [--clients 20] [--seconds 30] [--workers CORES]
         [--client-processes N] [--single 200] [--raw 30] [--raw-seconds 10]
+        [--floor-seconds 10]
 
 Sets up a throwaway SQLite database (migrated; one team with a large quota, one user, an API
 key from tenants.apikeys, the local Docker host and the default image), then starts the web
@@ -21,11 +22,20 @@ measures, in this order:
    max, errors (count and the first few), and the CPU time the web workers and the clients
    used in the window, so a saturated client side shows (issue 10: >= 150 commands/s,
    p99 <= 300 ms, 0 errors);
-3. raw: docker SDK `exec_run(["echo", "hi"])` as the sandbox user on one sandbox's container,
+3. floor: the same client processes and as many web workers call FastMCP's do-nothing tool
+   (_floor_app.py: no auth, no database, no sandbox) for --floor-seconds: calls/s and the
+   CPU a call costs the web workers and the clients, i.e. what the required MCP stack costs
+   before Sandhub does anything;
+4. raw: docker SDK `exec_run(["echo", "hi"])` as the sandbox user on one sandbox's container,
    sequential median over --raw runs, then the engine's exec throughput with 10 threads
    (one sandbox container each) for --raw-seconds;
-4. ratios from this run: single-client p50 / raw p50, load p50 / raw p50, and load
-   commands/s / raw 10-thread execs/s (issue 10: >= 7x).
+5. ratios from this run: single-client p50 / raw p50, load p50 / raw p50, and load
+   commands/s / raw 10-thread execs/s (issue 10: >= 7x);
+6. where the CPU went in the load window, a command: web workers, clients, the sandboxes
+   (their cgroups: the agent and the commands), the engine's processes (dockerd, containerd,
+   the shims) and the rest of the machine (_cpu.py); then what 7x this run's engine would
+   leave the web workers once the sandboxes, the engine and the floor's clients are paid
+   for, beside the floor's own cost and Sandhub's.
 
 The web process's own output (fastmcp logs a line per notification it sends) goes to a file
 in the scratch directory, not the terminal. Every sandbox, the web process and the client
@@ -44,10 +54,11 @@ import os
 import statistics
 import threading
 import time
-from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
 
+import _cpu
+from _clients import Outcome, client_process, echo, ignore
 from _setup import (
     bench_instance,
     bench_principal,
@@ -70,88 +81,8 @@ from _setup import (
     timings,
 )
 
-ECHO = {"command": "echo hi"}
-CALL_TIMEOUT = 60.0  # seconds: a call that takes longer is an error, not a hang
-WARMUP = 3  # calls per client before anything is timed
 SHOWN_ERRORS = 5
-
-
-# --- the clients (these run in the client processes too: no Django here) ---------------------
-
-
-async def echo(client: Any, sandbox_id: str) -> None:
-    """One run_command `echo hi`; raises unless it answered exit 0 and "hi"."""
-    result = await client.call_tool(
-        "run_command", {**ECHO, "sandbox_id": sandbox_id}, timeout=CALL_TIMEOUT
-    )
-    out = result.structured_content or {}
-    if out.get("exit_code") != 0 or out.get("stdout") != "hi\n":
-        raise RuntimeError(f"unexpected result: {str(out)[:200]}")
-
-
-async def ignore(message: Any) -> None:
-    """The clients' log handler: the output streamed as log notifications is not shown (the
-    default handler prints each; that would cost the client side, not the platform)."""
-
-
-@dataclass
-class Outcome:
-    """What one client process measured (picklable: it crosses the process boundary)."""
-
-    latencies: list[float] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    elapsed: float = 0.0
-    cpu: float = 0.0
-    failed: str = ""  # the process could not take part at all
-
-
-async def call_loop(client: Any, sandbox_id: str, deadline: float, outcome: Outcome) -> None:
-    while time.monotonic() < deadline:
-        started = time.perf_counter()
-        try:
-            await echo(client, sandbox_id)
-        except Exception as exc:
-            outcome.errors.append(f"{type(exc).__name__}: {exc}"[:300])
-            await asyncio.sleep(0.05)  # an error in a tight loop would only measure itself
-            continue
-        outcome.latencies.append(time.perf_counter() - started)
-
-
-async def run_clients(url: str, key: str, ids: list[str], seconds: float, barrier: Any) -> Outcome:
-    from fastmcp import Client
-
-    from platform_site.gcpolicy import settle_long_lived_process  # no Django in it
-
-    outcome = Outcome()
-    async with AsyncExitStack() as stack:
-        clients = [
-            await stack.enter_async_context(Client(url, auth=key, log_handler=ignore)) for _ in ids
-        ]
-        for client, sandbox_id in zip(clients, ids, strict=True):
-            for _ in range(WARMUP):
-                await echo(client, sandbox_id)
-        # The web workers' collector settings: ten clients share this process, and one of
-        # its full collections (up to 250 ms) would be counted as the platform's latency.
-        settle_long_lived_process()
-        await asyncio.to_thread(barrier.wait, 300)
-        cpu, started = time.process_time(), time.monotonic()
-        deadline = started + seconds
-        await asyncio.gather(
-            *(call_loop(c, s, deadline, outcome) for c, s in zip(clients, ids, strict=True))
-        )
-        outcome.elapsed = time.monotonic() - started
-        outcome.cpu = time.process_time() - cpu
-    return outcome
-
-
-def client_process(url: str, key: str, ids: list[str], seconds: float, barrier, queue) -> None:
-    """Entry point of one client process: its clients' outcome goes to `queue`."""
-    try:
-        outcome = asyncio.run(run_clients(url, key, ids, seconds, barrier))
-    except BaseException as exc:
-        barrier.abort()  # the others and the parent stop waiting for this one
-        outcome = Outcome(failed=f"{type(exc).__name__}: {exc}"[:500])
-    queue.put(outcome)
+FLOOR_APP = "bench._floor_app:application"  # FastMCP's do-nothing tool, nothing of Sandhub
 
 
 # --- the phases -------------------------------------------------------------------------------
@@ -190,6 +121,7 @@ class Load:
     processes: int
     web_cpu: float
     web_rss: int  # bytes, all web workers together, after the load
+    spent: _cpu.Reading  # the machine's, the engine's and the sandboxes' CPU in the window
 
     @property
     def latencies(self) -> list[float]:
@@ -203,14 +135,33 @@ class Load:
     def elapsed(self) -> float:
         return max(outcome.elapsed for outcome in self.outcomes)
 
+    @property
+    def client_cpu(self) -> float:
+        return sum(outcome.cpu for outcome in self.outcomes)
 
-def load(url: str, key: str, ids: list[str], seconds: float, processes: int, web_pid: int) -> Load:
+    def per_call(self, seconds: float) -> float:
+        return seconds / max(1, len(self.latencies))
+
+
+def load(
+    probe: str,
+    url: str,
+    key: str | None,
+    ids: list[str],
+    seconds: float,
+    processes: int,
+    web_pid: int,
+    usage_files: list[Path],
+) -> Load:
+    """`probe` (_clients.PROBES) from one client a sandbox id, spread over `processes`."""
     context = multiprocessing.get_context("spawn")  # no Django, threads or sockets inherited
     barrier = context.Barrier(processes + 1)
     queue = context.Queue()
     shares = [ids[i::processes] for i in range(processes)]
     children = [
-        context.Process(target=client_process, args=(url, key, share, seconds, barrier, queue))
+        context.Process(
+            target=client_process, args=(probe, url, key, share, seconds, barrier, queue)
+        )
         for share in shares
     ]
     workers = child_pids(web_pid)
@@ -220,9 +171,9 @@ def load(url: str, key: str, ids: list[str], seconds: float, processes: int, web
         # A broken barrier means a client process failed: its outcome below says why.
         with contextlib.suppress(threading.BrokenBarrierError):
             barrier.wait(timeout=300)
-        web_cpu = cpu_seconds(workers)
+        web_cpu, before = cpu_seconds(workers), _cpu.read(usage_files)
         outcomes = [queue.get(timeout=seconds + 300) for _ in children]
-        web_cpu = cpu_seconds(workers) - web_cpu
+        web_cpu, spent = cpu_seconds(workers) - web_cpu, _cpu.spent(before, _cpu.read(usage_files))
     finally:
         for child in children:
             child.join(timeout=10)
@@ -233,7 +184,42 @@ def load(url: str, key: str, ids: list[str], seconds: float, processes: int, web
     if failed:
         raise SystemExit(f"a client process failed: {failed[0]}")
     web_rss = sum(proc_status("VmRSS", pid) for pid in workers)
-    return Load(outcomes, processes, web_cpu, web_rss)
+    return Load(outcomes, processes, web_cpu, web_rss, spent)
+
+
+def floor(clients: int, seconds: float, processes: int, workers: int, log: Path) -> Load:
+    """The same clients and web workers on FastMCP's do-nothing tool (_floor_app.py): what
+    the required MCP stack costs a call before Sandhub does anything."""
+    port = free_port()
+    server = start_web(port, workers, log=log, app=FLOOR_APP)
+    try:
+        url = f"http://127.0.0.1:{port}/mcp/"
+        return load("ping", url, None, [""] * clients, seconds, processes, server.pid, [])
+    finally:
+        stop_web(server)
+
+
+def sandbox_usage_files(ids: list[str]) -> list[Path]:
+    """The CPU counters of the sandboxes' cgroups: the agent and every command it ran."""
+    import docker
+    from django.conf import settings
+
+    from hosts.backends.docker.names import container_ref
+    from sandboxes.models import Sandbox
+
+    engine = docker.DockerClient(base_url=settings.SANDHUB_DOCKER_URL, timeout=120)
+    try:
+        files = []
+        for sid in ids:
+            state = Sandbox.objects.get(public_id=sid).backend_state
+            pid = engine.containers.get(container_ref(state)).attrs["State"]["Pid"]
+            usage = _cpu.cgroup_usage_file(pid)
+            if usage is None:
+                raise SystemExit(f"no CPU counter found for the cgroup of {sid} (pid {pid})")
+            files.append(usage)
+        return files
+    finally:
+        engine.close()
 
 
 @dataclass
@@ -278,6 +264,38 @@ def line(label: str, seconds: list[float]) -> str:
     )
 
 
+def cpu_lines(run: Load, base: Load | None, engine_rate: float) -> list[str]:
+    """What a command cost each party, and what 7x the engine would leave the web workers."""
+    cores = os.cpu_count() or 1
+    spent = run.spent
+    web, clients = run.per_call(run.web_cpu), run.per_call(run.client_cpu)
+    sandboxes, engine = run.per_call(spent.containers), run.per_call(spent.engine)
+    rest = run.per_call(spent.machine) - web - clients - sandboxes - engine
+    lines = [
+        f"CPU a command in the load window (machine busy {spent.machine:.1f} of "
+        f"{run.elapsed * cores:.0f} core-seconds):",
+        f"  web workers {ms(web)}, clients {ms(clients)}, sandboxes (agent and command) "
+        f"{ms(sandboxes)}, engine (dockerd, containerd, shims) {ms(engine)}, the rest {ms(rest)}",
+    ]
+    if base is None or not base.latencies:
+        return lines
+    floor_web, floor_clients = base.per_call(base.web_cpu), base.per_call(base.client_cpu)
+    target = 7 * engine_rate
+    budget = cores / target  # the CPU a command may cost in all at 7x, every core busy
+    left = budget - floor_clients - sandboxes - engine
+    return [
+        *lines,
+        f"floor: FastMCP's do-nothing tool, same clients and web workers, {base.elapsed:.0f} s: "
+        f"{len(base.latencies) / base.elapsed:.0f} calls/s, web {ms(floor_web)} and clients "
+        f"{ms(floor_clients)} a call, errors {len(base.errors)}",
+        f"7x this run's engine = {target:.0f} commands/s = {ms(budget)} of CPU a command on "
+        f"{cores} cores; the sandboxes, the engine and the floor's clients take "
+        f"{ms(budget - left)},",
+        f"  leaving {ms(left)} for the web workers (the floor's alone: {ms(floor_web)}; "
+        f"Sandhub's now: {ms(web)})",
+    ]
+
+
 def report(args: argparse.Namespace, single: list[float], run: Load, raw: Raw) -> list[str]:
     latencies, errors = run.latencies, run.errors
     rate = len(latencies) / run.elapsed
@@ -285,7 +303,6 @@ def report(args: argparse.Namespace, single: list[float], run: Load, raw: Raw) -
     single_p50 = statistics.median(single)
     load_p50 = statistics.median(latencies) if latencies else float("nan")
     load_p99 = percentile(latencies, 99) if latencies else float("nan")
-    client_cpu = sum(outcome.cpu for outcome in run.outcomes)
     lines = [
         line("single client run_command `echo hi`", single),
         f"load: {args.clients} clients on {args.clients} sandboxes, {run.elapsed:.1f} s, "
@@ -293,7 +310,7 @@ def report(args: argparse.Namespace, single: list[float], run: Load, raw: Raw) -
         f"  total commands {len(latencies)}   commands/s {rate:.1f}   errors {len(errors)}",
         line("  run_command `echo hi` under load", latencies) if latencies else "  no commands",
         *[f"  error: {message}" for message in errors[:SHOWN_ERRORS]],
-        f"  CPU in the window: web workers {run.web_cpu:.1f} s, clients {client_cpu:.1f} s "
+        f"  CPU in the window: web workers {run.web_cpu:.1f} s, clients {run.client_cpu:.1f} s "
         f"(of {run.elapsed * (os.cpu_count() or 1):.0f} core-seconds)",
         f"  web CPU per command {ms(run.web_cpu / max(1, len(latencies)))}, "
         f"web workers' RSS after the load {run.web_rss / 2**20:.0f} MiB",
@@ -326,6 +343,7 @@ def main() -> None:
     parser.add_argument("--single", type=int, default=200, help="single-client calls")
     parser.add_argument("--raw", type=int, default=30, help="sequential raw exec_run runs")
     parser.add_argument("--raw-seconds", type=float, default=10.0)
+    parser.add_argument("--floor-seconds", type=float, default=10.0, help="0: no floor phase")
     args = parser.parse_args()
     processes = min(args.clients, args.client_processes or max(2, cores))
 
@@ -347,9 +365,15 @@ def main() -> None:
         print(f"{len(ids)} sandboxes up; single client ...", flush=True)
         single = asyncio.run(single_client(url, key, ids[0], args.single))
         print(f"load for {args.seconds:.0f} s ...", flush=True)
-        run = load(url, key, ids, args.seconds, processes, server.pid)
+        usage_files = sandbox_usage_files(ids)
+        run = load("echo", url, key, ids, args.seconds, processes, server.pid, usage_files)
+        base = None
+        if args.floor_seconds > 0:
+            print(f"floor for {args.floor_seconds:.0f} s ...", flush=True)
+            base = floor(args.clients, args.floor_seconds, processes, args.workers, scratch / "f")
         raw = raw_exec(ids, args.raw, args.raw_seconds)
         print("\n".join(report(args, single, run, raw)))
+        print("\n".join(cpu_lines(run, base, raw.rate)))
     finally:
         if server is not None:
             stop_web(server)
