@@ -35,6 +35,15 @@ def _comm_and_times(pid: str) -> tuple[str, float]:
     return comm, (int(fields[11]) + int(fields[12])) / TICKS
 
 
+def pids_cpu(pids: list[int]) -> float:
+    """utime + stime of these processes so far, in seconds (0 for one that is gone)."""
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(OSError, ValueError):
+            total += _comm_and_times(str(pid))[1]
+    return total
+
+
 def processes_cpu(names: frozenset[str]) -> float:
     """utime + stime of the live processes with one of these names (comm), in seconds."""
     total = 0.0

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+FLOOR_APP = "bench._floor_app:application"  # FastMCP's do-nothing tool, nothing of Sandhub
 
 
 def django_on_scratch_db() -> Path:
@@ -108,10 +109,9 @@ def start_web(
     app: str = "platform_site.asgi:application",
 ) -> subprocess.Popen:
     """uvicorn on `app`, platform_site.asgi by default (as scripts/run.sh starts it), with
-    `workers` processes,
-    in its own process group so stop_web reaches the workers too; this process's environment
-    (DATABASE_URL, SANDHUB_*) is inherited. `log`: a file for its output (say, fastmcp's line
-    per notification sent), instead of this terminal."""
+    `workers` processes, in its own process group so stop_web reaches the workers too; this
+    process's environment (DATABASE_URL, SANDHUB_*) is inherited. `log`: a file for its
+    output (say, fastmcp's line per notification sent), instead of this terminal."""
     output = open(log, "ab") if log is not None else None  # noqa: SIM115 (the child keeps it)
     server = subprocess.Popen(
         [

@@ -60,6 +60,7 @@ from pathlib import Path
 import _cpu
 from _clients import Outcome, client_process, echo, ignore
 from _setup import (
+    FLOOR_APP,
     bench_instance,
     bench_principal,
     child_pids,
@@ -82,7 +83,6 @@ from _setup import (
 )
 
 SHOWN_ERRORS = 5
-FLOOR_APP = "bench._floor_app:application"  # FastMCP's do-nothing tool, nothing of Sandhub
 
 
 # --- the phases -------------------------------------------------------------------------------
@@ -100,19 +100,6 @@ async def single_client(url: str, key: str, sandbox_id: str, calls: int) -> list
             await echo(client, sandbox_id)
             seconds.append(time.perf_counter() - started)
     return seconds
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """utime + stime of these processes so far (/proc/<pid>/stat, clock ticks)."""
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
-        except OSError:
-            pass
-    return total / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -171,9 +158,10 @@ def load(
         # A broken barrier means a client process failed: its outcome below says why.
         with contextlib.suppress(threading.BrokenBarrierError):
             barrier.wait(timeout=300)
-        web_cpu, before = cpu_seconds(workers), _cpu.read(usage_files)
+        web_before, before = _cpu.pids_cpu(workers), _cpu.read(usage_files)
         outcomes = [queue.get(timeout=seconds + 300) for _ in children]
-        web_cpu, spent = cpu_seconds(workers) - web_cpu, _cpu.spent(before, _cpu.read(usage_files))
+        web_cpu = _cpu.pids_cpu(workers) - web_before
+        spent = _cpu.spent(before, _cpu.read(usage_files))
     finally:
         for child in children:
             child.join(timeout=10)

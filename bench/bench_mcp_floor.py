@@ -19,13 +19,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import statistics
-import subprocess
-import sys
 import time
 
-from _setup import ROOT, free_port
+from _setup import FLOOR_APP, free_port, start_web, stop_web
 
 CALL = {
     "jsonrpc": "2.0",
@@ -33,37 +30,6 @@ CALL = {
     "method": "tools/call",
     "params": {"name": "ping", "arguments": {}},
 }
-
-
-def start_floor_server(port: int) -> subprocess.Popen:
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "_floor_app:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-            "--loop",
-            "uvloop",
-            "--http",
-            "httptools",
-        ],
-        cwd=ROOT / "bench",
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return server
-        except OSError:
-            time.sleep(0.1)
-    server.kill()
-    raise SystemExit("the floor server did not start")
 
 
 async def client_calls(url: str, calls: int) -> list[float]:
@@ -135,14 +101,13 @@ def main() -> None:
     args = parser.parse_args()
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp/"
-    server = start_floor_server(port)
+    server = start_web(port, app=FLOOR_APP)
     try:
         client = asyncio.run(client_calls(url, args.calls))
         modern = plain_posts(url, args.calls, "2026-07-28")
         legacy = plain_posts(url, args.calls, "2025-06-18")
     finally:
-        server.terminate()
-        server.wait(10)
+        stop_web(server)
     raw = raw_exec(args.raw)
     base = ms(raw)
     print(f"{'raw docker exec_run `echo hi` p50':<44} {base:7.1f} ms   0.2x = {base * 0.2:.1f} ms")
