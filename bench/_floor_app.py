@@ -4,7 +4,11 @@ measure what the MCP stack alone costs a tools/call on this machine."""
 
 from __future__ import annotations
 
+import fastmcp
 from fastmcp import FastMCP
+
+# As the platform serves MCP by default (SANDHUB_MCP_TRACING off): no OpenTelemetry spans.
+fastmcp.settings.telemetry_mode = "off"
 
 mcp = FastMCP("floor")
 

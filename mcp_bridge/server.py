@@ -10,6 +10,8 @@ import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
+import fastmcp
+from django.conf import settings
 from fastmcp import FastMCP
 from fastmcp.server.auth import AuthProvider
 
@@ -46,6 +48,8 @@ _TO_CLIENT_LOGGER = "fastmcp.server.context.to_client"
 
 def build_server(auth: AuthProvider | None = None) -> FastMCP:
     logging.getLogger(_TO_CLIENT_LOGGER).setLevel(logging.CRITICAL + 1)
+    # "off": FastMCP neither opens spans nor extracts trace context (settings.py says why).
+    fastmcp.settings.telemetry_mode = "native" if settings.SANDHUB_MCP_TRACING else "off"
     mcp = FastMCP(
         "Sandhub",
         instructions=INSTRUCTIONS,

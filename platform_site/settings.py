@@ -227,6 +227,10 @@ SANDHUB_AGENT = env_bool("SANDHUB_AGENT", True)
 INSTALLED_APPS += ["mcp_bridge"]
 # Commands run through MCP at the same time, per web process (each holds a thread).
 SANDHUB_MCP_COMMAND_THREADS = env_int("SANDHUB_MCP_COMMAND_THREADS", 100, minimum=1)
+# FastMCP's OpenTelemetry spans, one per MCP request: worth having only where the operator has
+# installed an OpenTelemetry SDK and exporter. Without one they record nothing, yet FastMCP's
+# span code took 5.0% of the web workers' CPU under bench/bench_load.py (py-spy); off, 2.7%.
+SANDHUB_MCP_TRACING = env_bool("SANDHUB_MCP_TRACING", False)
 # REST bodies Django reads into memory (JSON, form fields) stay small; uploaded files over
 # FILE_UPLOAD_MAX_MEMORY_SIZE spill to a temporary file; a whole upload (multipart or raw) may
 # not exceed SANDHUB_MAX_TRANSFER_BYTES, checked before it is read. Files go to the sandbox
