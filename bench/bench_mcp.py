@@ -125,6 +125,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--creates", type=int, default=20)
     args = parser.parse_args()
+    os.environ.setdefault("LOG_LEVEL", "WARNING")  # no line per request
 
     database = ROOT / "var" / f"bench-mcp-{os.getpid()}.sqlite3"
     database.parent.mkdir(exist_ok=True)
