@@ -63,7 +63,9 @@ def test_bootstrap_twice_creates_everything_once(settings) -> None:
         True,
     )
 
-    assert "http://127.0.0.1:8000/admin/" in first
+    # Team users log in at the root, admins at /admin/: both are printed.
+    assert "team pages at http://127.0.0.1:8000/," in first
+    assert "admin at http://127.0.0.1:8000/admin/." in first
     assert "exists; password unchanged" in second
     assert "\ncreated " not in "\n" + second
     # One system audit row for the run that created things, none for the no-op run.

@@ -26,11 +26,11 @@ PASSWORD_ENV = "SANDHUB_ADMIN_PASSWORD"
 DEFAULT_IMAGE_NAME = "python"
 
 
-def login_url() -> str:
+def base_url() -> str:
     """Where `make run` serves (scripts/run.sh reads the same two variables)."""
     host = os.environ.get("SANDHUB_BIND_HOST", "127.0.0.1")
     port = os.environ.get("SANDHUB_BIND_PORT", "8000")
-    return f"http://{host}:{port}/admin/"
+    return f"http://{host}:{port}"
 
 
 class Command(BaseCommand):
@@ -172,7 +172,11 @@ class Command(BaseCommand):
 
     def _print_login(self, user: Any, generated_password: str | None) -> None:
         self.stdout.write("")
-        self.stdout.write(f"Log in at {login_url()} as {user.get_username()!r}.")
+        # Team users work at the root; Django admin (hosts, credentials, teams) is its own page.
+        self.stdout.write(
+            f"Log in as {user.get_username()!r}: team pages at {base_url()}/, "
+            f"admin at {base_url()}/admin/."
+        )
         if generated_password:
             self.stdout.write(
                 self.style.WARNING(
