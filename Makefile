@@ -41,8 +41,9 @@ system-packages:
 # Exactly the lock, resolving nothing: --no-deps installs the pinned, hashed files and nothing
 # else, so the install is the same whatever the registry holds that day (without --no-deps,
 # pip 23 resolves an extra such as pydantic[email] to the newest release, ignoring the pin).
-# `pip check` then proves the lock was complete; the client (editable) is built by the locked
-# setuptools, without an isolated build environment that would fetch the newest one.
+# `pip check` and scripts/check_lock.py then prove the lock was complete. The client
+# (editable) is built by the locked setuptools, without an isolated build environment that
+# would fetch the newest one.
 $(STAMP): requirements.lock client/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "installing the Python environment from requirements.lock"
@@ -51,6 +52,8 @@ $(STAMP): requirements.lock client/pyproject.toml
 	@$(BIN)/python -m pip check || { \
 		echo "requirements.lock is not complete: a locked package needs one it does not pin." >&2; \
 		echo "Run 'make lock' to add what is missing, then 'make install' again." >&2; exit 1; }
+	@# pip check does not follow extras (drf-pydantic needs pydantic[email]); this does.
+	$(BIN)/python scripts/check_lock.py
 	@touch $@
 
 image: system-packages

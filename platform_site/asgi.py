@@ -12,6 +12,9 @@ import os
 
 from django.core.asgi import get_asgi_application
 
+from platform_site.private_files import restrict_umask
+
+restrict_umask()  # what the process creates is its owner's alone (private_files.py)
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "platform_site.settings")
 django_app = get_asgi_application()  # sets Django up before anything imports models
 

@@ -10,6 +10,8 @@ import os
 import secrets
 from pathlib import Path
 
+from platform_site.private_files import private_directory, write_private_file
+
 
 class EnvError(ValueError):
     pass
@@ -66,10 +68,9 @@ def secret_from_file(name: str, path: Path, generate) -> str:
         return value
     if path.exists():
         return path.read_text().strip()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_directory(path.parent)
     value = generate()
-    path.write_text(value + "\n")
-    path.chmod(0o600)
+    write_private_file(path, value + "\n")
     return value
 
 

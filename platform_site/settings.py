@@ -19,9 +19,12 @@ from platform_site.env import (
     generate_django_secret,
     secret_from_file,
 )
+from platform_site.private_files import private_directory
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(env_str("SANDHUB_VAR_DIR", str(BASE_DIR / "var")))
+# The platform's own files (database, secrets, disk images): 0700, no other user reads them
+# (platform_site/private_files.py).
+VAR_DIR = private_directory(Path(env_str("SANDHUB_VAR_DIR", str(BASE_DIR / "var"))))
 
 SECRET_KEY = secret_from_file("SECRET_KEY", VAR_DIR / "secret_key", generate_django_secret)
 DEBUG = env_bool("DEBUG", False)
@@ -39,6 +42,8 @@ CREDENTIAL_KEYS = env_list("SANDHUB_CREDENTIAL_KEYS") or [
 ]
 
 INSTALLED_APPS = [
+    # First: its ready() takes other users' access from the platform's files at start.
+    "platform_site.apps.PlatformSiteConfig",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",

@@ -1,7 +1,8 @@
 """A /workspace of fixed size: a loop-mounted ext4 image file per sandbox, on a local engine.
 
 A full /workspace must stop the sandbox ("No space left on device"), not fill the host's disk
-(which also holds the database). Under SANDHUB_DISK_DIR (default var/disks, mode 0700):
+(which also holds the database). Under SANDHUB_DISK_DIR (default var/disks, mode 0700; the
+images and their metadata 0600: no other user of the machine reads a workspace):
 
     <volume>.img    a sparse file of disk_mb MB holding ext4: it costs the host only what
                     the sandbox writes, and never more than disk_mb
@@ -96,7 +97,10 @@ class Disks:
             ["mkfs.ext4", "-q", "-F", "-m", "0", "-E", _MKFS_EXTENDED, str(paths.image)],
             f"making the filesystem of {paths.image.name}",
         )
-        paths.meta.write_text(json.dumps({"labels": labels, "disk_mb": size_mb}))
+        # Like the image, the owner's alone, whatever the process's umask.
+        meta = os.open(paths.meta, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(meta, "w", encoding="utf-8") as handle:
+            handle.write(json.dumps({"labels": labels, "disk_mb": size_mb}))
         paths.mountpoint.mkdir(mode=0o700, exist_ok=True)
         self._mount(paths)
         paths.workspace.mkdir(mode=0o755)
