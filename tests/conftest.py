@@ -11,9 +11,15 @@ from django.contrib.auth import get_user_model
 
 from hosts.backends import reset_backends
 from hosts.models import Host, Image
+from platform_site.private_files import restrict_umask
 from tenants.models import Channel, Membership, Role, Team
 from tenants.principal import Principal
 from tests.fakes import FakeBackend
+
+# The platform's processes run with umask 077 (platform_site/private_files.py), and importing
+# the ASGI application sets it in whichever process does: the tests run under it from the
+# start, so no test's files depend on whether an earlier test imported the application.
+restrict_umask()
 
 
 def _user(username: str, team: Team, role: str):

@@ -55,9 +55,10 @@ def _set_up_users() -> None:
     SUDOERS.chmod(0o440)
     _run("visudo", "-cf", str(SUDOERS))
     home = Path(f"/home/{SUDO_USER}")
-    (home / ".bashrc").write_text(f"export PATH={FAKE_BIN}:$PATH\n")
     state = f"FAKE_NVIDIA_SMI_STATE=idle,busy\nFAKE_NVIDIA_SMI_FIXTURES={FIXTURES}\n"
-    (home / ".fake-nvidia-smi").write_text(state)
+    for name, text in ((".bashrc", f"export PATH={FAKE_BIN}:$PATH\n"), (".fake-nvidia-smi", state)):
+        (home / name).write_text(text)
+        (home / name).chmod(0o644)  # written by root under umask 077: the user reads them
 
 
 class ProvisionSshd(Sshd):
