@@ -1,5 +1,5 @@
 """The OOM killer's order in a sandbox: every command and background job the agent starts
-has oom_score_adj 1000 from its first instruction (sandbox/oom.py, oom_first: bash -c reads it
+has oom_score_adj 1000 from its first instruction (inside/oom.py, oom_first: bash -c reads it
 from BASH_ENV, a /bin/sh shim where dash runs the command just as Popen would, preexec_fn
 elsewhere), the agent keeps 0.
 
@@ -15,7 +15,7 @@ from typing import Any
 import docker
 import pytest
 
-from hosts.backends.agent.sandbox import oom
+from hosts.backends.agent.inside import oom
 from hosts.backends.base import ExecResult
 from hosts.backends.docker.agent_link import AgentLink
 from tests.test_agent import backend, engine, link, outside, run, sandbox  # noqa: F401
@@ -40,7 +40,7 @@ def test_commands_go_before_the_agent_when_memory_runs_out(
 def test_each_way_a_child_starts_has_the_score_and_runs_as_before(
     link: AgentLink, sandbox: dict[str, Any], engine: docker.DockerClient
 ) -> None:
-    # Two of the ways (sandbox/oom.py, oom_first): a /bin/sh shim where dash runs the command just
+    # Two of the ways (inside/oom.py, oom_first): a /bin/sh shim where dash runs the command just
     # as Popen would, preexec_fn elsewhere. Either way: the score, and the same command.
     def direct(argv: list[str], env: dict[str, str] | None = None) -> ExecResult:
         return link.exec(sandbox, argv, cwd="/workspace", env=env or {}, timeout=30, output_cap=MIB)

@@ -23,24 +23,22 @@ import pytest
 from hosts.backends.agent import calls, client, protocol
 from hosts.backends.agent.calls import file_entry
 from hosts.backends.agent.client import AgentBroken, AgentClient, NotAFile
-from hosts.backends.agent.sandbox import PARTS, procs, wire
+from hosts.backends.agent.inside import PARTS, constants, procs, wire
 from hosts.backends.agent.source import agent_source
 from hosts.backends.agent.transports import PipeTransport
 from hosts.backends.base import BackendError, ExecResult, HeadTailBuffer
 
 
-# --- the two copies of the protocol, and the bundle ---------------------------------------
-def test_the_agent_copy_of_the_protocol_agrees() -> None:
-    shared = {
-        name: value
-        for name, value in vars(protocol).items()
-        if name.isupper() and name not in {"BOOTSTRAP", "HEADER"}
-    }
+# --- the protocol's one copy of its constants, and the bundle ------------------------------
+def test_both_ends_take_the_protocol_constants_from_one_module() -> None:
+    shared = {name for name in vars(constants) if name.isupper()}
     assert len(shared) > 25
-    for name, value in shared.items():
-        assert getattr(wire, name) == value, name
-    assert wire.HEADER.format == protocol.HEADER.format
-    assert wire.HEADER.size == 9
+    for name in shared:
+        assert getattr(protocol, name) is getattr(constants, name), name
+    # The agent's first part is that module: nothing in it is written twice.
+    assert PARTS[0] == "constants"
+    assert "VERSION = " not in Path(wire.__file__).read_text()
+    assert protocol.HEADER.size == 9
 
 
 def test_the_bundle_is_one_python_38_program_of_all_parts() -> None:
@@ -51,7 +49,7 @@ def test_the_bundle_is_one_python_38_program_of_all_parts() -> None:
     # Only the one under `if TYPE_CHECKING:` (never run) may stay.
     assert all(n.col_offset > 0 for n in relative)
     for name in PARTS:
-        assert f"# ---- sandbox/{name}.py\n" in source
+        assert f"# ---- inside/{name}.py\n" in source
     compile(source, "sandhub-agent", "exec")
 
 

@@ -1,6 +1,6 @@
 """Sync of a tree (any backend kind): the manifest, deletions and a tar of chosen entries.
 
-The agent does the manifest and deletions in one request each (agent/sandbox/sync.py). Where
+The agent does the manifest and deletions in one request each (agent/inside/sync.py). Where
 it cannot run (no python3, or the agent turned off), the same answers come from the scripts
 here, run as the sandbox user through the backend's own exec:
 

@@ -1,8 +1,8 @@
-"""The wire protocol between the platform (client.py) and the sandbox agent (sandbox/).
+"""The wire protocol between the platform (client.py) and the sandbox agent (inside/).
 
 The agent is sent into the sandbox as one self-contained program (source.py bundles it), so
-it cannot import this module: it carries its own copy of the constants below
-(sandbox/wire.py), and tests/test_agent_protocol.py checks that the two copies agree.
+it cannot import this module; the constants named below live in inside/constants.py, the
+first part of that program, and this module takes them from there: one copy for both ends.
 
 Start. The backend runs `python3 -I -u -c BOOTSTRAP` as the sandbox user with stdin and stdout
 attached (Docker: one exec). The bootstrap reads a 4-byte big-endian length and that many
@@ -80,50 +80,11 @@ Operations (REQUEST payloads) and their answers:
 from __future__ import annotations
 
 import json
-import struct
 from typing import Any
 
-VERSION = 1
-HEADER = struct.Struct("!IIB")
-MAX_PAYLOAD = 1024 * 1024
-CHUNK = 256 * 1024  # data frames are cut to this size
-WINDOW = 1024 * 1024  # inbound bytes a client may send ahead of the agent's CREDIT
-
-REQUEST = 1
-DATA = 2
-EOF = 3
-CANCEL = 4
-RESULT = 5
-ERROR = 6
-HELLO = 7
-CREDIT = 8
-ACK = 9
-
-CH_STDIN = 0
-CH_STDOUT = 1
-CH_STDERR = 2
-CH_STDOUT_HEAD = 3
-CH_STDOUT_TAIL = 4
-CH_STDERR_HEAD = 5
-CH_STDERR_TAIL = 6
-CH_FILE = 7
-CH_ENTRIES = 8
-CH_PORT = 9  # a port stream's bytes, both ways
-CH_PORT_OPEN = 10  # A: the port's connection is made
-
-ERR_INVALID = "invalid"  # a malformed request: a bug on the client's side
-ERR_SPAWN = "spawn"  # no new process (or thread) could be made: pids or memory limit full
-ERR_NOT_FOUND = "not_found"
-ERR_PERMISSION = "permission"
-ERR_NOT_A_DIRECTORY = "not_a_directory"
-ERR_EXISTS = "exists"
-ERR_NOT_A_FILE = "not_a_file"
-ERR_TOO_LARGE = "too_large"
-ERR_INTERNAL = "internal"
-ERR_PORT_CLOSED = "port_closed"  # nothing (of the agent's uid) listens on the port
-
-MARKER_ENV = "SANDHUB_EXEC_ID"  # as the per-command exec path's wrapper sets it
-JOB_ENV = "SANDHUB_JOB_ID"
+# The one copy of the constants, shared with the agent: re-exported here for the platform's side.
+from hosts.backends.agent.inside.constants import *  # noqa: F403
+from hosts.backends.agent.inside.constants import DATA, HEADER, MAX_PAYLOAD
 
 # python3 -c BOOTSTRAP: reads the agent's source (length-prefixed) from fd 0 with os.read, so
 # no buffered reader takes frames that follow, and runs it as __sandhub_agent__. Short, and

@@ -1,6 +1,6 @@
-"""The agent's source as sent into a sandbox: the modules of `sandbox/` as ONE program.
+"""The agent's source as sent into a sandbox: the modules of `inside/` as ONE program.
 
-The parts are joined in the order of sandbox.PARTS, each without its relative imports of the
+The parts are joined in the order of inside.PARTS, each without its relative imports of the
 parts before it (and without its own `from __future__` line: the bundle starts with one), so
 the result needs nothing but the standard library. Built once per process.
 """
@@ -12,9 +12,9 @@ import functools
 import hashlib
 from pathlib import Path
 
-from hosts.backends.agent.sandbox import PARTS
+from hosts.backends.agent.inside import PARTS
 
-_HERE = Path(__file__).resolve().parent / "sandbox"
+_HERE = Path(__file__).resolve().parent / "inside"
 
 
 @functools.cache
@@ -28,7 +28,7 @@ def agent_source() -> bytes:
                 dropped.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
         lines = text.splitlines(keepends=True)
         kept = [line for number, line in enumerate(lines, 1) if number not in dropped]
-        pieces.append(f"# ---- sandbox/{name}.py\n" + "".join(kept))
+        pieces.append(f"# ---- inside/{name}.py\n" + "".join(kept))
     return "".join(pieces).encode()
 
 

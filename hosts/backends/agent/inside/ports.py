@@ -24,16 +24,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from .wire import (
-    CH_PORT,
-    CH_PORT_OPEN,
-    ERR_INVALID,
-    ERR_PERMISSION,
-    ERR_PORT_CLOSED,
-    WINDOW,
-    Refusal,
-    Request,
-)
+from .constants import CH_PORT, CH_PORT_OPEN, ERR_INVALID, ERR_PERMISSION, ERR_PORT_CLOSED, WINDOW
+from .wire import Refusal, Request
 
 PORT_READ = 64 * 1024  # bytes read from the app at a time
 TCP_LISTEN = "0A"  # the state column of a listening socket in /proc/net/tcp

@@ -1,7 +1,7 @@
 """Frames, requests in flight, worker threads and the reaper (part 1 of the agent).
 
-The constants are this side's copy of hosts/backends/agent/protocol.py, which documents them:
-the agent cannot import it inside the sandbox.
+The protocol's constants come from constants.py, the one copy both ends use (protocol.py
+documents them).
 """
 
 from __future__ import annotations
@@ -16,22 +16,20 @@ import threading
 import time
 from typing import Any
 
+from .constants import (
+    CHUNK,
+    CREDIT,
+    DATA,
+    ERR_EXISTS,
+    ERR_INTERNAL,
+    ERR_INVALID,
+    ERR_NOT_A_DIRECTORY,
+    ERR_NOT_FOUND,
+    ERR_PERMISSION,
+    ERR_SPAWN,
+    HEADER,
+)
 from .oom import oom_first
-
-VERSION = 1
-HEADER = struct.Struct("!IIB")
-MAX_PAYLOAD = 1024 * 1024
-CHUNK = 256 * 1024
-WINDOW = 1024 * 1024
-REQUEST, DATA, EOF, CANCEL, RESULT, ERROR, HELLO, CREDIT, ACK = 1, 2, 3, 4, 5, 6, 7, 8, 9
-CH_STDIN, CH_STDOUT, CH_STDERR = 0, 1, 2
-CH_STDOUT_HEAD, CH_STDOUT_TAIL, CH_STDERR_HEAD, CH_STDERR_TAIL = 3, 4, 5, 6
-CH_FILE, CH_ENTRIES, CH_PORT, CH_PORT_OPEN = 7, 8, 9, 10
-ERR_INVALID, ERR_SPAWN, ERR_NOT_FOUND = "invalid", "spawn", "not_found"
-ERR_PERMISSION, ERR_NOT_A_DIRECTORY, ERR_EXISTS = "permission", "not_a_directory", "exists"
-ERR_NOT_A_FILE, ERR_TOO_LARGE, ERR_INTERNAL = "not_a_file", "too_large", "internal"
-ERR_PORT_CLOSED = "port_closed"
-MARKER_ENV, JOB_ENV = "SANDHUB_EXEC_ID", "SANDHUB_JOB_ID"
 
 SPAWN_PATIENCE = 2.0  # seconds to retry a fork refused for want of pids or memory
 IDLE_WORKERS = 4  # kept alive, so requests are served even when no new thread can be made

@@ -17,19 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .command import Command
-from .files import (
-    op_job_cancel,
-    op_job_start,
-    op_kill_agent,
-    op_kill_marked,
-    op_list,
-    op_read,
-    op_write,
-)
-from .ports import op_port
-from .procs import SWEEP_LIMIT
-from .sync import op_manifest, op_remove
-from .wire import (
+from .constants import (
     ACK,
     CANCEL,
     CHUNK,
@@ -44,12 +32,20 @@ from .wire import (
     REQUEST,
     RESULT,
     VERSION,
-    Pool,
-    Reaper,
-    Refusal,
-    Request,
-    Wire,
 )
+from .files import (
+    op_job_cancel,
+    op_job_start,
+    op_kill_agent,
+    op_kill_marked,
+    op_list,
+    op_read,
+    op_write,
+)
+from .ports import op_port
+from .procs import SWEEP_LIMIT
+from .sync import op_manifest, op_remove
+from .wire import Pool, Reaper, Refusal, Request, Wire
 
 
 class Agent:

@@ -1,4 +1,4 @@
-"""The sandbox agent's own code: what runs inside a sandbox, serving one platform process.
+"""The agent program that runs inside each sandbox, serving one platform process.
 
 Standard library only, Python 3.8 and later: it runs on the sandbox image's python3. The
 modules here are sent into the sandbox as ONE source (hosts.backends.agent.source bundles
@@ -7,9 +7,9 @@ only use names of the modules before it, and no two define the same top-level na
 (tests/test_agent_protocol.py checks both). They are also importable on the platform, for
 tests; nothing there runs at import.
 
+- constants: the protocol's constants, the one copy both ends use (protocol.py documents them);
 - oom:   every child the agent starts goes before it when memory runs out (oom_score_adj);
-- wire:  the protocol constants (this side's copy of protocol.py), frames out, requests in
-         flight, the worker pool and the reaper of children;
+- wire:  frames out, requests in flight, the worker pool and the reaper of children;
 - procs: the fork-free /proc sweep, output kept head and tail;
 - command: one command: spawn in a session of its own, stream its output, timeout, cancel;
 - files: read, write (atomic), list, background job start, kill by marker;
@@ -18,4 +18,4 @@ tests; nothing there runs at import.
 - main:  the agent itself: reads frames, dispatches requests, shuts down at end of input.
 """
 
-PARTS = ("oom", "wire", "procs", "command", "files", "sync", "ports", "main")
+PARTS = ("constants", "oom", "wire", "procs", "command", "files", "sync", "ports", "main")

@@ -14,7 +14,8 @@ import os
 import shutil
 import stat
 
-from .wire import CH_ENTRIES, CHUNK, ERR_INVALID, ERR_NOT_A_DIRECTORY, Refusal, Request, refusal
+from .constants import CH_ENTRIES, CHUNK, ERR_INVALID, ERR_NOT_A_DIRECTORY
+from .wire import Refusal, Request, refusal
 
 MANIFEST_MAX = 5000  # entries in one page, as the services cap it
 _SYNC_KINDS = ((stat.S_ISREG, "file"), (stat.S_ISDIR, "dir"), (stat.S_ISLNK, "link"))

@@ -19,8 +19,7 @@ import subprocess
 import time
 from typing import TYPE_CHECKING, Any
 
-from .procs import SPARE_SECONDS, HeadTail, exit_code, holds, marked, signal_quietly, sweep
-from .wire import (
+from .constants import (
     CH_STDERR,
     CH_STDERR_HEAD,
     CH_STDERR_TAIL,
@@ -29,10 +28,9 @@ from .wire import (
     CH_STDOUT_TAIL,
     ERR_INVALID,
     MARKER_ENV,
-    Reaper,
-    Refusal,
-    Request,
 )
+from .procs import SPARE_SECONDS, HeadTail, exit_code, holds, marked, signal_quietly, sweep
+from .wire import Reaper, Refusal, Request
 
 if TYPE_CHECKING:
     from .procs import ProcStat

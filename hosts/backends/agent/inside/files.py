@@ -16,8 +16,7 @@ import subprocess
 import time
 from typing import Any
 
-from .procs import marked, proc_stat, signal_quietly, sweep
-from .wire import (
+from .constants import (
     CH_ENTRIES,
     CH_FILE,
     CHUNK,
@@ -28,11 +27,9 @@ from .wire import (
     ERR_TOO_LARGE,
     JOB_ENV,
     MARKER_ENV,
-    Reaper,
-    Refusal,
-    Request,
-    refusal,
 )
+from .procs import marked, proc_stat, signal_quietly, sweep
+from .wire import Reaper, Refusal, Request, refusal
 
 MAX_ENTRIES = 200000  # a listing's rows; the per-command path capped its listing at 16 MiB
 _KINDS = ((stat.S_ISREG, "file"), (stat.S_ISDIR, "dir"), (stat.S_ISLNK, "link"))
