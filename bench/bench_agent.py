@@ -84,13 +84,13 @@ def main() -> None:
 
     from hosts.backends.base import SandboxSpec
     from hosts.backends.docker import DockerBackend
-    from hosts.backends.docker.agent_link import AgentLink
+    from hosts.backends.docker.agent import agent_link
     from hosts.backends.docker.names import SANDBOX_USER, container_ref
     from hosts.models import Host
 
     backend = DockerBackend(Host(name="bench", kind="docker", endpoint=settings.SANDHUB_DOCKER_URL))
     engine = docker.DockerClient(base_url=settings.SANDHUB_DOCKER_URL, timeout=120)
-    link = AgentLink(backend.engine)
+    link = agent_link(backend.engine)
     prefix = f"bench-agent-{uuid.uuid4().hex[:6]}-"
     states = []
     try:

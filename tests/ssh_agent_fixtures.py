@@ -23,11 +23,12 @@ from typing import Any
 
 import pytest
 
+from hosts.backends.agent.jobs import AgentJobs
+from hosts.backends.agent.link import AgentLink
 from hosts.backends.base import JobStatus, SandboxSpec
-from hosts.backends.ssh.agent_link import SshAgentLink
+from hosts.backends.ssh.agent import agent_link
 from hosts.backends.ssh.connection import SshConnection
 from hosts.backends.ssh.hostprobe import HostFacts
-from hosts.backends.ssh.jobs import SshJobs
 from hosts.backends.ssh.pool import ConnectionPool
 from hosts.backends.ssh.provision import destroy, provision
 from tests.sshd import Sshd
@@ -53,13 +54,13 @@ def conns() -> Iterator[ConnectionPool]:
     pool.close_all()
 
 
-def new_link(sshd: Sshd, conns: ConnectionPool) -> SshAgentLink:
+def new_link(sshd: Sshd, conns: ConnectionPool) -> AgentLink:
     target = sshd.target()
-    return SshAgentLink(lambda: conns.get(target))
+    return agent_link(lambda: conns.get(target))
 
 
 @pytest.fixture
-def link(sshd: Sshd, conns: ConnectionPool) -> Iterator[SshAgentLink]:
+def link(sshd: Sshd, conns: ConnectionPool) -> Iterator[AgentLink]:
     agents = new_link(sshd, conns)
     yield agents
     agents.close()
@@ -109,7 +110,7 @@ def sandbox(make_sandbox: Callable[..., dict[str, Any]]) -> dict[str, Any]:
     return make_sandbox()
 
 
-def run(link: SshAgentLink, state: dict[str, Any], script: str, **options: Any) -> Any:
+def run(link: AgentLink, state: dict[str, Any], script: str, **options: Any) -> Any:
     options = {"cwd": "/workspace", "env": {}, "timeout": 30, "output_cap": CAP, **options}
     return link.exec(state, ["sh", "-c", script], **options)
 
@@ -154,7 +155,7 @@ def untar(chunks: Iterator[bytes]) -> dict[str, bytes]:
     return found
 
 
-def poll_until_done(jobs: SshJobs, state: dict[str, Any], job: dict[str, Any]) -> JobStatus:
+def poll_until_done(jobs: AgentJobs, state: dict[str, Any], job: dict[str, Any]) -> JobStatus:
     give_up = time.monotonic() + 30
     while True:
         status = jobs.poll_background(state, job, 4096)

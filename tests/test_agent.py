@@ -1,4 +1,4 @@
-"""The sandbox agent in real Docker sandboxes (hosts/backends/docker/agent_link.py).
+"""The sandbox agent in real Docker sandboxes (hosts/backends/agent/link.py, docker/agent.py).
 
 Needs the Docker engine and sandhub/sandbox:latest, as tests/test_docker_backend.py does (it
 fails loudly without them). Sandboxes are provisioned with DockerBackend; what the agent did
@@ -24,9 +24,11 @@ import pytest
 from hosts.backends.agent import calls as agent_calls
 from hosts.backends.agent import client as agent_client
 from hosts.backends.agent.client import AgentBroken, AgentUnavailable, NotAFile
+from hosts.backends.agent.jobs import AgentJobs
+from hosts.backends.agent.link import AgentLink
 from hosts.backends.base import BackendError, ExecResult, SandboxGone
 from hosts.backends.docker import DockerBackend
-from hosts.backends.docker.agent_link import AgentLink
+from hosts.backends.docker.agent import agent_link
 from hosts.backends.docker.names import SANDBOX_USER, container_ref
 from sandboxes.limits import DEFAULT_PIDS_LIMIT
 from tests.test_docker_backend import (
@@ -67,7 +69,7 @@ def backend(engine: docker.DockerClient) -> Iterator[DockerBackend]:
 
 @pytest.fixture
 def link(backend: DockerBackend) -> Iterator[AgentLink]:
-    instance = AgentLink(backend.engine)
+    instance = agent_link(backend.engine)
     yield instance
     instance.close()
 
@@ -342,7 +344,7 @@ def test_files_read_write_list(
 def test_a_background_job_outlives_the_agent(
     link: AgentLink, backend: DockerBackend, sandbox: dict[str, Any], engine: docker.DockerClient
 ) -> None:
-    job = link.start_background(
+    job = AgentJobs(link).start_background(
         sandbox,
         ["sh", "-c", 'sleep 2; echo "done $X in $PWD"'],
         cwd="/workspace",
@@ -362,7 +364,7 @@ def test_a_background_job_outlives_the_agent(
     # A log like the per-command path's (the shell's 0644 under the umask), not executable.
     assert outside(engine, sandbox, "stat -c %a /workspace/.sandhub/jobs/agentjob/log") == "644\n"
     assert run(link, sandbox, "echo alive").stdout == b"alive\n"
-    cancelled = link.start_background(
+    cancelled = AgentJobs(link).start_background(
         sandbox, ["sleep", "730"], cwd="/workspace", env={}, job_id="agentjob2"
     )
     backend.cancel_background(sandbox, cancelled)

@@ -16,8 +16,8 @@ import docker
 import pytest
 
 from hosts.backends.agent.inside import oom
+from hosts.backends.agent.link import AgentLink
 from hosts.backends.base import ExecResult
-from hosts.backends.docker.agent_link import AgentLink
 from tests.test_agent import backend, engine, link, outside, run, sandbox  # noqa: F401
 from tests.test_docker_backend import MIB
 

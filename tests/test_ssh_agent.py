@@ -1,4 +1,4 @@
-"""The sandbox agent over SSH (hosts/backends/ssh/agent_link.py, agent_start.py,
+"""The sandbox agent over SSH (hosts/backends/agent/link.py, ssh/agent.py,
 transport.py): commands, files, failures, and the round trip's figure, against a real sshd
 on loopback (fixtures in tests/ssh_agent_fixtures.py).
 """
@@ -18,9 +18,11 @@ from typing import Any
 
 import pytest
 
+from hosts.backends.agent.client import AgentUnavailable
+from hosts.backends.agent.link import AgentLink
 from hosts.backends.base import BackendError, SandboxGone
 from hosts.backends.ssh import layout
-from hosts.backends.ssh.agent_link import AgentUnavailable, SshAgentLink
+from hosts.backends.ssh.agent import agent_link
 from hosts.backends.ssh.errors import SshConnectionLost
 from hosts.backends.ssh.pool import ConnectionPool
 from tests.ssh_agent_fixtures import CAP, new_link, remote_processes, run, wait_for
@@ -36,7 +38,7 @@ from tests.sshd import sshd as sshd  # noqa: F401 - the module-scoped fixture
 # -- commands ----------------------------------------------------------------------------------
 
 
-def test_echo_round_trip_environment_and_cwd(link: SshAgentLink, sandbox: dict[str, Any]) -> None:
+def test_echo_round_trip_environment_and_cwd(link: AgentLink, sandbox: dict[str, Any]) -> None:
     result = link.exec(
         sandbox,
         ["sh", "-c", 'echo hi; pwd; echo "$HOME|$SANDHUB_SANDBOX_ID|$SANDBOX_VAR|$CALL_VAR|$PATH"'],
@@ -57,7 +59,7 @@ def test_echo_round_trip_environment_and_cwd(link: SshAgentLink, sandbox: dict[s
     assert "SSH_CONNECTION" not in env and "OLDPWD" not in env, env
 
 
-def test_exit_code_streams_and_live_output(link: SshAgentLink, sandbox: dict[str, Any]) -> None:
+def test_exit_code_streams_and_live_output(link: AgentLink, sandbox: dict[str, Any]) -> None:
     seen: list[tuple[float, str, bytes]] = []
     started = time.monotonic()
 
@@ -75,7 +77,7 @@ def test_exit_code_streams_and_live_output(link: SshAgentLink, sandbox: dict[str
 
 
 def test_50_mb_of_output_is_capped_with_true_counts(
-    link: SshAgentLink, sandbox: dict[str, Any]
+    link: AgentLink, sandbox: dict[str, Any]
 ) -> None:
     cap = 1024 * 1024
     result = run(link, sandbox, "head -c 50000000 /dev/zero; echo tail", output_cap=cap)
@@ -106,7 +108,7 @@ def test_50_mb_of_output_is_capped_with_true_counts(
 
 
 def test_timeout_kills_the_whole_process_tree(
-    sshd: Sshd, link: SshAgentLink, sandbox: dict[str, Any]
+    sshd: Sshd, link: AgentLink, sandbox: dict[str, Any]
 ) -> None:
     token = str(900000 + secrets.randbelow(99999))
     script = f"sleep {token}1 & setsid sleep {token}2 & (sleep {token}3 &) ; sleep {token}4"
@@ -118,7 +120,7 @@ def test_timeout_kills_the_whole_process_tree(
 
 
 def test_twenty_commands_in_parallel_on_one_sandbox(
-    link: SshAgentLink, sandbox: dict[str, Any]
+    link: AgentLink, sandbox: dict[str, Any]
 ) -> None:
     link.exec(sandbox, ["true"], cwd="/workspace", env={}, timeout=10, output_cap=CAP)
     started = time.monotonic()
@@ -129,7 +131,7 @@ def test_twenty_commands_in_parallel_on_one_sandbox(
 
 
 def test_a_killed_agent_is_replaced_and_its_commands_die(
-    sshd: Sshd, link: SshAgentLink, sandbox: dict[str, Any]
+    sshd: Sshd, link: AgentLink, sandbox: dict[str, Any]
 ) -> None:
     token = str(900000 + secrets.randbelow(99999))
     first = link.client(sandbox).pid
@@ -157,7 +159,7 @@ def test_a_killed_agent_is_replaced_and_its_commands_die(
 
 
 def test_a_vanished_sandbox_directory_is_gone(
-    sshd: Sshd, conns: ConnectionPool, link: SshAgentLink, sandbox: dict[str, Any]
+    sshd: Sshd, conns: ConnectionPool, link: AgentLink, sandbox: dict[str, Any]
 ) -> None:
     assert run(link, sandbox, "true").exit_code == 0
     shutil.rmtree(sandbox["dir"])
@@ -177,7 +179,7 @@ def test_idle_agents_make_room_for_new_ones(
     """sshd allows only so many sessions per connection: past max_agents, the least recently
     used idle agent is closed (never a busy one), and starts again when next needed."""
     target = sshd.target()
-    agents = SshAgentLink(lambda: conns.get(target), max_agents=2)
+    agents = agent_link(lambda: conns.get(target), max_agents=2)
     first, second, third = make_sandbox(), make_sandbox(), make_sandbox()
     try:
         script = "while [ ! -e release ]; do sleep 0.05; done"
@@ -199,7 +201,7 @@ def test_a_host_without_the_python_is_unavailable(
     sshd: Sshd, conns: ConnectionPool, sandbox: dict[str, Any]
 ) -> None:
     target = sshd.target()
-    missing = SshAgentLink(lambda: conns.get(target), python="python3-not-installed")
+    missing = agent_link(lambda: conns.get(target), python="python3-not-installed")
     with pytest.raises(AgentUnavailable, match="python3-not-installed"):
         missing.client(sandbox)
     with pytest.raises(AgentUnavailable):  # remembered: not tried on every call
@@ -211,7 +213,7 @@ def test_sshd_killed_mid_command_then_back(make_sandbox: Callable[..., dict[str,
     with running_sshd() as server:
         pool = ConnectionPool()
         target = server.target()
-        agents = SshAgentLink(lambda: pool.get(target))
+        agents = agent_link(lambda: pool.get(target))
         state = make_sandbox()
         try:
             errors: list[BaseException] = []
@@ -240,7 +242,7 @@ def test_sshd_killed_mid_command_then_back(make_sandbox: Callable[..., dict[str,
 # -- files -------------------------------------------------------------------------------------
 
 
-def test_write_read_list_round_trip(link: SshAgentLink, sandbox: dict[str, Any]) -> None:
+def test_write_read_list_round_trip(link: AgentLink, sandbox: dict[str, Any]) -> None:
     data = bytes(range(256)) * 1000
     assert link.write_file(sandbox, "/workspace/dir/sub/data.bin", data, mode=0o640) == len(data)
     assert link.read_file(sandbox, "/workspace/dir/sub/data.bin", length=10**6) == (
@@ -269,7 +271,7 @@ def test_write_read_list_round_trip(link: SshAgentLink, sandbox: dict[str, Any])
 
 
 def test_round_trip_latency(
-    sshd: Sshd, conns: ConnectionPool, link: SshAgentLink, sandbox: dict[str, Any]
+    sshd: Sshd, conns: ConnectionPool, link: AgentLink, sandbox: dict[str, Any]
 ) -> None:
     """run_command's backend part: `echo hi` through the agent, beside a raw paramiko exec."""
     options: dict[str, Any] = {"cwd": "/workspace", "env": {}, "timeout": 10, "output_cap": CAP}

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
+from hosts.backends.agent.jobs import AgentJobs
+from hosts.backends.agent.link import AgentLink
 from hosts.backends.base import BackendError
-from hosts.backends.ssh.agent_link import SshAgentLink
-from hosts.backends.ssh.jobs import SshJobs
 from hosts.backends.ssh.pool import ConnectionPool
 from hosts.backends.ssh.tarstreams import SshTars
 from tests.ssh_agent_fixtures import base_dir as base_dir  # noqa: F401 - a fixture
@@ -46,7 +46,7 @@ from tests.sshd import sshd as sshd  # noqa: F401 - the module-scoped fixture
 
 
 def test_tar_upload_and_download_are_byte_identical(
-    link: SshAgentLink, conns: ConnectionPool, sshd: Sshd, sandbox: dict[str, Any]
+    link: AgentLink, conns: ConnectionPool, sshd: Sshd, sandbox: dict[str, Any]
 ) -> None:
     tars = SshTars(link, lambda: conns.get(sshd.target()))
     files = {
@@ -75,7 +75,7 @@ def test_tar_upload_and_download_are_byte_identical(
 
 
 def test_tar_upload_refusals(
-    link: SshAgentLink, conns: ConnectionPool, sshd: Sshd, sandbox: dict[str, Any]
+    link: AgentLink, conns: ConnectionPool, sshd: Sshd, sandbox: dict[str, Any]
 ) -> None:
     tars = SshTars(link, lambda: conns.get(sshd.target()))
     with pytest.raises(BackendError, match="leaves the destination"):
@@ -99,7 +99,7 @@ def test_tar_upload_refusals(
 
 
 def test_tar_streams_keep_memory_bounded_and_close_early(
-    link: SshAgentLink, conns: ConnectionPool, sshd: Sshd, sandbox: dict[str, Any]
+    link: AgentLink, conns: ConnectionPool, sshd: Sshd, sandbox: dict[str, Any]
 ) -> None:
     tars = SshTars(link, lambda: conns.get(sshd.target()))
     name = f"big-{secrets.token_hex(4)}.bin"
@@ -137,7 +137,7 @@ def test_a_job_survives_its_channel_and_connection(
     sshd: Sshd, conns: ConnectionPool, sandbox: dict[str, Any]
 ) -> None:
     first = new_link(sshd, conns)
-    job = SshJobs(first).start_background(
+    job = AgentJobs(first).start_background(
         sandbox,
         ["sh", "-c", "echo started; while [ ! -e go ]; do sleep 0.05; done; echo finished; exit 5"],
         cwd="/workspace",
@@ -149,7 +149,7 @@ def test_a_job_survives_its_channel_and_connection(
     conns.drop(sshd.target())  # and the connection
     later = new_link(sshd, conns)  # as another process would, from the job dict alone
     try:
-        jobs = SshJobs(later)
+        jobs = AgentJobs(later)
         status = jobs.poll_background(sandbox, job, 4096)
         assert status.running and status.exit_code is None
         later.write_file(sandbox, "/workspace/go", b"")
@@ -165,9 +165,9 @@ def test_a_job_survives_its_channel_and_connection(
         later.close()
 
 
-def test_cancel_leaves_no_process(sshd: Sshd, link: SshAgentLink, sandbox: dict[str, Any]) -> None:
+def test_cancel_leaves_no_process(sshd: Sshd, link: AgentLink, sandbox: dict[str, Any]) -> None:
     token = str(900000 + secrets.randbelow(99999))
-    jobs = SshJobs(link)
+    jobs = AgentJobs(link)
     script = f"sleep {token}1 & setsid sleep {token}2 & trap '' TERM; echo ready; sleep {token}3"
     job = jobs.start_background(
         sandbox, ["sh", "-c", script], cwd="/workspace", env={}, job_id="job-cancel"
@@ -191,7 +191,7 @@ def test_cancel_leaves_no_process(sshd: Sshd, link: SshAgentLink, sandbox: dict[
 def test_a_sandbox_with_its_own_user(
     sshd: Sshd,
     conns: ConnectionPool,
-    link: SshAgentLink,
+    link: AgentLink,
     make_sandbox: Callable[..., dict[str, Any]],
 ) -> None:
     state = make_sandbox(own_user=True)
@@ -210,7 +210,7 @@ def test_a_sandbox_with_its_own_user(
     tars = SshTars(link, lambda: conns.get(sshd.target()))
     tars.put_files(state, "/workspace", make_tar({"t/a.bin": b"\0\1\2"}))
     assert untar(tars.get_files(state, "/workspace/t")) == {"t/a.bin": b"\0\1\2"}
-    jobs = SshJobs(link)
+    jobs = AgentJobs(link)
     job = jobs.start_background(state, ["id", "-un"], cwd="/workspace", env={}, job_id="who")
     status = poll_until_done(jobs, state, job)
     assert (status.exit_code, status.output) == (0, f"{state['user']}\n".encode())

@@ -20,10 +20,12 @@ from typing import Any
 
 import pytest
 
+from hosts.backends.agent.client import AgentUnavailable
+from hosts.backends.agent.jobs import AgentJobs
+from hosts.backends.agent.link import AgentLink
 from hosts.backends.base import JobStatus
-from hosts.backends.ssh.agent_link import AgentUnavailable, SshAgentLink
+from hosts.backends.ssh.agent import agent_link
 from hosts.backends.ssh.backend import SshBackend
-from hosts.backends.ssh.jobs import SshJobs
 from hosts.backends.ssh.tarstreams import SshTars
 from hosts.models import Credential, Host
 from tests.ssh_agent_fixtures import CAP, remote_processes, wait_for
@@ -54,8 +56,8 @@ def backend(sshd: Sshd, base_dir: str) -> Iterator[SshBackend]:  # noqa: F811
         host_key_type="ssh-ed25519",
     )
     ssh = SshBackend(host)
-    ssh.agents = SshAgentLink(ssh.connection, python=ABSENT_PYTHON)
-    ssh.jobs = SshJobs(ssh.agents)
+    ssh.agents = agent_link(ssh.connection, python=ABSENT_PYTHON)
+    ssh.jobs = AgentJobs(ssh.agents)
     ssh.tars = SshTars(ssh.agents, ssh.connection)
     yield ssh
     ssh.close()
@@ -238,10 +240,10 @@ def test_a_cancelled_job_leaves_no_process(
 def test_either_path_polls_and_cancels_the_others_jobs(
     backend: SshBackend,
     sshd: Sshd,  # noqa: F811
-    link: SshAgentLink,  # noqa: F811
+    link: AgentLink,  # noqa: F811
     sandbox: dict[str, Any],  # noqa: F811
 ) -> None:
-    agent_jobs = SshJobs(link)  # a working agent on the same sandbox
+    agent_jobs = AgentJobs(link)  # a working agent on the same sandbox
     plain_started = start(backend, sandbox, "echo plain; exit 5")
     status = poll_until_done(lambda: agent_jobs.poll_background(sandbox, plain_started, 100))
     assert (status.exit_code, status.output) == (5, b"plain\n")

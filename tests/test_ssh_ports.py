@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 
+from hosts.backends.agent.jobs import AgentJobs
 from hosts.backends.agent.ports import AgentPortStream
 from hosts.backends.base import PortClosed, PortStream, Unsupported
-from hosts.backends.ssh.agent_link import SshAgentLink
+from hosts.backends.ssh.agent import agent_link
 from hosts.backends.ssh.backend import SshBackend
 from hosts.backends.ssh.hostprobe import HostFacts
-from hosts.backends.ssh.jobs import SshJobs
 from hosts.backends.ssh.ports import ChannelPortStream
 from hosts.backends.ssh.tarstreams import SshTars
 from hosts.models import Credential, Host
@@ -69,8 +69,8 @@ def make_backend(sshd: Sshd, base_dir: str, *, agent: bool) -> SshBackend:  # no
     )
     ssh = SshBackend(host)
     if not agent:  # what a host without python3 looks like to the backend
-        ssh.agents = SshAgentLink(ssh.connection, python=ABSENT_PYTHON)
-        ssh.jobs = SshJobs(ssh.agents)
+        ssh.agents = agent_link(ssh.connection, python=ABSENT_PYTHON)
+        ssh.jobs = AgentJobs(ssh.agents)
         ssh.tars = SshTars(ssh.agents, ssh.connection)
     return ssh
 

@@ -8,8 +8,9 @@ all sharing one Engine (the connection to the host's engine):
 - containers: create with the sandbox's isolation, status, destroy, list for reconciliation;
 - network:    a network of its own for a sandbox with network, fenced off by host rules;
 - disk:       a /workspace of the sandbox's disk size (loop-mounted ext4, local engine);
-- agent_link: the sandbox agent (hosts/backends/agent/), one long-lived exec per sandbox that
-              runs commands, listings and background starts without an engine exec each;
+- agent:      the sandbox agent's transport (one long-lived exec per sandbox) and checks;
+              agent/link.py and agent/jobs.py run commands, listings and background jobs
+              through it, as for every kind, without an engine exec each;
 - exec:       commands through the wrapper in `scripts`, output read from the exec stream (the
               path when the agent is off, or the image has no python3 to run it);
 - files:      tar archives in and out, directory listings;
@@ -31,6 +32,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 from django.conf import settings
 
+from hosts.backends.agent.client import AgentUnavailable
+from hosts.backends.agent.jobs import AgentJobs
 from hosts.backends.base import (
     BackendError,
     ExecResult,
@@ -46,7 +49,7 @@ from hosts.backends.base import (
     Unsupported,
 )
 from hosts.backends.docker import exec as per_command
-from hosts.backends.docker.agent_link import AgentLink, AgentUnavailable
+from hosts.backends.docker.agent import agent_link
 from hosts.backends.docker.background import Jobs
 from hosts.backends.docker.containers import Containers
 from hosts.backends.docker.disk import DEFAULT_DISK_MB
@@ -80,7 +83,8 @@ class DockerBackend(SandboxBackend):
         self.jobs = Jobs(self.commands)
         self.prober = Prober(self.engine)
         self.pool = Pool(self.engine, self.containers)
-        self.agents = AgentLink(self.engine)
+        self.agents = agent_link(self.engine)
+        self.agent_jobs = AgentJobs(self.agents)
         self.sync = TreeSync(self.commands, self.files, self.agents, self._agent_on)
 
     # The registry hands a cached backend the caller's fresh Host row (flags, options): kept on
@@ -182,7 +186,7 @@ class DockerBackend(SandboxBackend):
     ) -> dict[str, Any]:
         if self._agent_on():
             try:
-                return self.agents.start_background(
+                return self.agent_jobs.start_background(
                     state, argv, cwd=cwd, env=env, job_id=job_id, timeout=timeout
                 )
             except AgentUnavailable:
@@ -199,7 +203,7 @@ class DockerBackend(SandboxBackend):
     def cancel_background(self, state: dict[str, Any], job: dict[str, Any]) -> None:
         if self._agent_on():
             try:
-                return self.agents.cancel_background(state, job)
+                return self.agent_jobs.cancel_background(state, job)
             except AgentUnavailable:
                 pass
         self.jobs.cancel_background(state, job)

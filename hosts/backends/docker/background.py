@@ -47,11 +47,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from django.conf import settings
-
 from hosts.backends.base import BackendError, HeadTailBuffer, JobStatus, SandboxGone
 from hosts.backends.docker.exec import INTERNAL_TIMEOUT, Commands
-from hosts.backends.docker.names import container_ref
+from hosts.backends.docker.names import JOBS_DIR, container_ref
 from hosts.backends.jobscripts import (
     CANCEL,
     JOB_ID_RE,
@@ -60,23 +58,18 @@ from hosts.backends.jobscripts import (
     RUNNER,
     START,
     check_job,
+    job_dict,
+    log_keep_bytes,
     parse_status,
+    poll_args,
+    runner_args,
 )
 
 __all__ = ["JOBS_DIR", "JOB_ID_RE", "KILL_AFTER", "Jobs"]
 
-JOBS_DIR = "/workspace/.sandhub/jobs"  # processes of a job carry SANDHUB_JOB_ID=<job id>
-DEFAULT_LOG_KEEP_BYTES = 4 * 1024 * 1024
-_LOG_KEEP_RANGE = (64 * 1024, 256 * 1024 * 1024)  # a part per fork: not too small
 _START_CAP = 16 * 1024
 _BARE_ATTEMPTS = 10
 _NOT_STARTED = 126  # the exit code of an exec whose process the engine could not start
-
-
-def log_keep_bytes() -> int:
-    low, high = _LOG_KEEP_RANGE
-    value = getattr(settings, "SANDHUB_JOB_LOG_KEEP_BYTES", DEFAULT_LOG_KEEP_BYTES)
-    return min(max(int(value), low), high)
 
 
 class Jobs:
@@ -97,9 +90,9 @@ class Jobs:
     ) -> dict[str, Any]:
         check_job(argv, job_id, timeout)
         directory = f"{JOBS_DIR}/{job_id}"
-        limit = "0" if timeout is None else f"{timeout:.3f}"
         keep = log_keep_bytes()
-        script = [START, "sandhub-start", job_id, directory, cwd, limit, str(keep), RUNNER]
+        launch = [job_id, *runner_args(directory, cwd, timeout, keep)]
+        script = [START, "sandhub-start", *launch, RUNNER]
         # Through exec, not _internal: the job inherits this exec's environment (the
         # sandbox's env and the caller's), and that is how it gets them.
         result = self.commands.exec(
@@ -119,28 +112,14 @@ class Jobs:
             pid = int(result.stdout.decode().strip())
         except ValueError as exc:
             raise BackendError(f"job {job_id} reported no pid: {result.stdout[:200]!r}") from exc
-        return {
-            "job_id": job_id,
-            "dir": directory,
-            "log": f"{directory}/log",
-            "pid": pid,  # = process group id = session id
-            "timeout": timeout,
-            "log_keep": keep,  # 0 (or missing, for jobs started before): one uncapped log
-        }
+        return job_dict(job_id, directory, pid, timeout, keep)
 
     def poll_background(
         self, state: dict[str, Any], job: dict[str, Any], tail_bytes: int
     ) -> JobStatus:
         tail_bytes = max(int(tail_bytes), 0)
         code, output, message = self.commands.internal(
-            state,
-            POLL,
-            job["dir"],
-            job["job_id"],
-            str(job.get("pid") or 0),
-            str(tail_bytes),
-            str(int(job.get("log_keep") or 0)),
-            cap=tail_bytes + 1024,
+            state, POLL, *poll_args(job, tail_bytes), cap=tail_bytes + 1024
         )
         if code != 0:
             raise BackendError(f"could not read job {job['job_id']}: {message or code}")

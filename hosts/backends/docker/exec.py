@@ -17,13 +17,9 @@ Output is kept head and tail up to the caller's cap (HeadTailBuffer), however mu
 from __future__ import annotations
 
 import base64
-import contextlib
-import io
 import logging
-import socket
 import time
 import uuid
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import docker.errors
@@ -38,6 +34,7 @@ from hosts.backends.base import (
 )
 from hosts.backends.docker.engine import Engine
 from hosts.backends.docker.names import SANDBOX_USER, container_ref
+from hosts.backends.docker.stream import Deadline, ExecStream
 from hosts.backends.execscripts import (
     KILL_MARKED,
     NOTICE_SWEEP,
@@ -59,12 +56,7 @@ _KILL_AFTER = 2.0  # SIGTERM first; SIGKILL this long after, inside the containe
 # On top of timeout + _KILL_AFTER before the caller gives up on the stream: the wrapper's sweep
 # after a timeout may take up to SWEEP_LIMIT, and must be able to report on its own.
 _CLIENT_GRACE = SWEEP_LIMIT + 2.0
-_READ_SIZE = 64 * 1024
 INTERNAL_TIMEOUT = 30.0  # mkdir, listing, kill sweeps
-
-
-class Deadline(Exception):
-    """The caller's own deadline passed while the command's stream was still open."""
 
 
 class Commands:
@@ -280,78 +272,3 @@ def _engine_could_not_start(
         and out.total < 1024
         and out.getvalue().startswith(b"OCI runtime exec failed")
     )
-
-
-class ExecStream:
-    """Reads a hijacked exec connection and splits the engine's multiplexed frames.
-
-    Frames are an 8-byte header (stream 1 = stdout, 2 = stderr; 4-byte big-endian length) and
-    a payload. Reads go through the HTTP response's buffered reader when there is one: it may
-    already hold the first output bytes, read along with the response headers, which reading
-    the raw socket (as the SDK's own stream helpers do) would lose.
-    """
-
-    def __init__(self, sock: Any) -> None:
-        self._sock = sock
-        response = getattr(sock, "_response", None)
-        fp = getattr(getattr(getattr(response, "raw", None), "_fp", None), "fp", None)
-        self._reader = fp if isinstance(fp, io.BufferedReader) else None
-        self._response = response
-        # The object whose timeout bounds a blocking read (socket, SSL socket, SSH channel).
-        self._timed = getattr(sock, "_sock", sock)
-        self._header = bytearray()
-        self._kind = 0
-        self._left = 0
-        self._closed = False
-
-    def frames(self, deadline: Callable[[], float]) -> Iterator[tuple[int, bytes]]:
-        """(stream, chunk) pairs until EOF; `deadline()` is asked before each read."""
-        while True:
-            data = self._read(deadline())
-            if not data:
-                return
-            yield from self._split(data)
-
-    def _read(self, deadline: float) -> bytes:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise Deadline
-        self._timed.settimeout(remaining)
-        try:
-            if self._reader is not None:
-                return self._reader.read1(_READ_SIZE)
-            if hasattr(self._sock, "recv"):
-                return self._sock.recv(_READ_SIZE)
-            return self._sock.read(_READ_SIZE) or b""
-        except TimeoutError as exc:
-            raise Deadline from exc
-
-    def _split(self, data: bytes) -> Iterator[tuple[int, bytes]]:
-        view = memoryview(data)
-        while view:
-            if self._left == 0:
-                need = 8 - len(self._header)
-                self._header += view[:need]
-                view = view[need:]
-                if len(self._header) < 8:
-                    return
-                self._kind = self._header[0]
-                self._left = int.from_bytes(self._header[4:8], "big")
-                self._header.clear()
-                continue
-            piece = view[: self._left]
-            view = view[len(piece) :]
-            self._left -= len(piece)
-            yield self._kind, bytes(piece)
-
-    def close(self) -> None:
-        # The connection was hijacked: it can never go back to the pool, so close it for good.
-        if self._closed:
-            return
-        self._closed = True
-        with contextlib.suppress(Exception):
-            self._timed.shutdown(socket.SHUT_RDWR)
-        for closable in (self._response, self._sock, self._timed):
-            with contextlib.suppress(Exception):
-                if closable is not None:
-                    closable.close()

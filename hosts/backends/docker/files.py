@@ -30,12 +30,13 @@ import docker.errors
 from hosts.backends import archives
 from hosts.backends.base import BackendError, FileEntry, HeadTailBuffer, SandboxGone
 from hosts.backends.docker.engine import Engine
-from hosts.backends.docker.exec import INTERNAL_TIMEOUT, Commands, Deadline, ExecStream
+from hosts.backends.docker.exec import INTERNAL_TIMEOUT, Commands
 from hosts.backends.docker.names import (
     SANDBOX_USER,
     WORKSPACE,
     container_ref,
 )
+from hosts.backends.docker.stream import Deadline, ExecStream
 
 _LISTING_CAP = 16 * 1024 * 1024
 _MISSING_EXIT = 44  # what _LIST and _TAR exit with for "no such path"
@@ -209,7 +210,7 @@ class Files:
             raise
         return tar
 
-    def _start(self, container: str, command: list[str], *, stdin: bool) -> tuple[str, _Stream]:
+    def _start(self, container: str, command: list[str], *, stdin: bool) -> tuple[str, ExecStream]:
         api = self.engine.api()
         with self.engine.errors("moving files"):
             try:
@@ -230,7 +231,7 @@ class Files:
                 if exc.status_code == 409:
                     raise BackendError(f"sandbox container {container} is not running") from exc
                 raise
-            return exec_id, _Stream(api.exec_start(exec_id, socket=True))
+            return exec_id, ExecStream(api.exec_start(exec_id, socket=True))
 
     def list_dir(self, state: dict[str, Any], path: str) -> list[FileEntry]:
         code, listing, message = self.commands.internal(state, _LIST, path, cap=_LISTING_CAP)
@@ -240,14 +241,6 @@ class Files:
             raise BackendError(f"cannot list {path}: {message}")
         # Unreadable subdirectories make find exit 1 but still list the rest: keep what we got.
         return archives.parse_listing(listing)
-
-
-class _Stream(ExecStream):
-    """An exec stream that keeps the socket it was made from (uploads write to it)."""
-
-    def __init__(self, sock: Any) -> None:
-        super().__init__(sock)
-        self.sock = sock
 
 
 class TarStream(Iterator[bytes]):

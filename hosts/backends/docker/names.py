@@ -24,6 +24,9 @@ SANDBOX_UID = 99999
 SANDBOX_GID = 99999
 SANDBOX_USER = f"{SANDBOX_UID}:{SANDBOX_GID}"
 WORKSPACE = "/workspace"
+# Background jobs' files; processes of a job carry SANDHUB_JOB_ID=<job id>. In the volume: the
+# only writable place that survives a restart, and the files API can read it.
+JOBS_DIR = f"{WORKSPACE}/.sandhub/jobs"
 NAME_PREFIX = "sandhub-"
 
 LABEL_MANAGED = "org.sandhub.managed"

@@ -16,8 +16,9 @@ from typing import Any
 
 from hosts.backends import syncscripts
 from hosts.backends.agent import synccalls
+from hosts.backends.agent.client import AgentUnavailable
+from hosts.backends.agent.link import AgentLink
 from hosts.backends.base import ManifestPage
-from hosts.backends.docker.agent_link import AgentLink, AgentUnavailable
 from hosts.backends.docker.exec import INTERNAL_TIMEOUT, Commands
 from hosts.backends.docker.files import Files, TarStream
 from hosts.backends.docker.names import container_ref
@@ -34,7 +35,7 @@ class TreeSync:
     ) -> ManifestPage:
         if self.agent_on():
             try:
-                return self.agents._idempotent(
+                return self.agents.idempotent(
                     state, lambda c: synccalls.manifest(c, root, after=after, limit=limit)
                 )
             except AgentUnavailable:
@@ -48,7 +49,7 @@ class TreeSync:
             names = syncscripts.names_blob(paths)
             try:
                 # Tried again on a new agent if the stream broke: removing twice is harmless.
-                return self.agents._idempotent(state, lambda c: synccalls.remove(c, root, names))
+                return self.agents.idempotent(state, lambda c: synccalls.remove(c, root, names))
             except AgentUnavailable:
                 pass
         return syncscripts.delete_by_exec(self._run(state), root, paths)

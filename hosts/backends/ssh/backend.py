@@ -4,7 +4,8 @@
 - connection / pool: one persistent, pinned, TCP_NODELAY connection per host per process;
 - provision / layout: a directory per sandbox under the host's base directory, and its own
   Unix user where the login user may `sudo -n`;
-- agent_link / jobs / tarstreams: the sandbox agent on an SSH channel, run as the sandbox's
+- agent / tarstreams: the sandbox agent on an SSH channel (agent/link.py and agent/jobs.py
+  do the rest, for every kind), run as the sandbox's
   user, for commands, files and background jobs; tar streams for uploads and downloads;
 - sync: a tree's manifest, deletions and a tar of chosen entries (the local client);
 - plain: where the login user has no usable python3 (the agent is unavailable), commands,
@@ -26,6 +27,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 from django.conf import settings
 
 from hosts.backends.agent.client import AgentUnavailable
+from hosts.backends.agent.jobs import AgentJobs
 from hosts.backends.base import (
     BackendError,
     ExecResult,
@@ -42,10 +44,9 @@ from hosts.backends.base import (
     Unsupported,
 )
 from hosts.backends.ssh import hostkeys, hostprobe, layout, ports, provision
-from hosts.backends.ssh.agent_link import SshAgentLink
+from hosts.backends.ssh.agent import agent_link
 from hosts.backends.ssh.connection import SshConnection, SshTarget
 from hosts.backends.ssh.hostprobe import HostFacts
-from hosts.backends.ssh.jobs import SshJobs
 from hosts.backends.ssh.plain import PlainCommands
 from hosts.backends.ssh.pool import pool
 from hosts.backends.ssh.sync import SshTreeSync
@@ -106,8 +107,8 @@ class SshBackend(SandboxBackend):
         super().__init__(host)
         self.target = target_for(host)
         self.base_dir = host.base_dir or layout.DEFAULT_BASE_DIR
-        self.agents = SshAgentLink(self.connection)
-        self.jobs = SshJobs(self.agents)
+        self.agents = agent_link(self.connection)
+        self.jobs = AgentJobs(self.agents)
         self.tars = SshTars(self.agents, self.connection)
         self.plain = PlainCommands(self.connection)
         self.sync = SshTreeSync(self.agents, self.plain, self.tars)

@@ -63,13 +63,13 @@ from hosts.backends.jobscripts import (
     RUNNER,
     START,
     check_job,
+    log_keep_bytes,
     parse_status,
 )
 from hosts.backends.ssh import layout
-from hosts.backends.ssh.agent_start import lost
+from hosts.backends.ssh.agent import lost
 from hosts.backends.ssh.connection import RunResult, SshConnection
 from hosts.backends.ssh.errors import SshError
-from hosts.backends.ssh.jobs import log_keep_bytes
 
 __all__ = ["MARKER_ENV", "PlainCommands"]
 
@@ -93,7 +93,7 @@ class PlainCommands:
     """Commands, jobs and listings of one host's sandboxes without the agent.
 
     `connect` returns the host's live connection (asked on every call, so a reconnect is
-    picked up), as for SshAgentLink.
+    picked up), as for the agent link (agent.py).
     """
 
     def __init__(self, connect: Callable[[], SshConnection]) -> None:

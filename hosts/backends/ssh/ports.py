@@ -17,7 +17,7 @@ import select
 import paramiko
 
 from hosts.backends.base import BackendError, PortClosed, PortStream
-from hosts.backends.ssh.agent_start import lost
+from hosts.backends.ssh.agent import lost
 from hosts.backends.ssh.connection import SshConnection
 from hosts.backends.ssh.errors import SshError
 from hosts.backends.ssh.ordering import order_sends

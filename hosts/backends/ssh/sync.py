@@ -15,15 +15,16 @@ from typing import Any
 
 from hosts.backends import syncscripts
 from hosts.backends.agent import synccalls
+from hosts.backends.agent.client import AgentUnavailable
+from hosts.backends.agent.link import AgentLink
 from hosts.backends.base import ManifestPage
 from hosts.backends.ssh import layout
-from hosts.backends.ssh.agent_link import AgentUnavailable, SshAgentLink
 from hosts.backends.ssh.plain import PlainCommands, _feed
 from hosts.backends.ssh.tarstreams import SshTars, TarStream
 
 
 class SshTreeSync:
-    def __init__(self, link: SshAgentLink, plain: PlainCommands, tars: SshTars) -> None:
+    def __init__(self, link: AgentLink, plain: PlainCommands, tars: SshTars) -> None:
         self.link, self.plain, self.tars = link, plain, tars
 
     def manifest(

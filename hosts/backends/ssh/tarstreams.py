@@ -30,9 +30,10 @@ from typing import IO, Any
 import paramiko
 
 from hosts.backends import archives
+from hosts.backends.agent.client import AgentUnavailable
+from hosts.backends.agent.link import AgentLink
 from hosts.backends.base import BackendError, HeadTailBuffer
 from hosts.backends.ssh import layout
-from hosts.backends.ssh.agent_link import AgentUnavailable, SshAgentLink
 from hosts.backends.ssh.connection import SshConnection
 from hosts.backends.ssh.errors import SshConnectionLost, SshError
 from hosts.backends.ssh.transport import exit_status, read_ready
@@ -84,7 +85,7 @@ _EXTRACT_STATUS = re.compile(r"sandhub-untar (\d+)\s*$")
 class SshTars:
     """put_files / get_files of one host's sandboxes."""
 
-    def __init__(self, link: SshAgentLink, connect: Callable[[], SshConnection]) -> None:
+    def __init__(self, link: AgentLink, connect: Callable[[], SshConnection]) -> None:
         self.link = link
         self.connect = connect
 
@@ -160,7 +161,7 @@ class SshTars:
         if code == 0 and status and status.group(1) == "0":
             return
         _check_link(connection)
-        self.link.check_gone(state, connection)
+        self.link.check_gone(state)
         message = _EXTRACT_STATUS.sub("", output).strip() or f"exit status {code}"
         # What the sandbox user may not do there is the caller's to fix, not the host's.
         if "Permission denied" in message:

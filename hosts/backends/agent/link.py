@@ -1,33 +1,32 @@
-"""The sandbox agent on SSH hosts: one channel each, on the host's pooled connection.
+"""The sandbox agents of one host, for every kind of host: one live AgentClient per sandbox.
 
-The agent (hosts/backends/agent/) runs as the sandbox (its user, its limits, a clean
-environment: layout.as_sandbox) as the one exec of a session channel of its own:
-`python3 -I -u -c BOOTSTRAP`, its source sent over the channel's stdin. Nothing is copied
-onto the host and nothing listens on a port. ChannelTransport (transport.py) carries the
-frames; many calls share the one channel at once.
+A kind supplies an AgentPlace (docker/agent.py, ssh/agent.py): how an agent's stream is
+opened for a sandbox (an engine exec, an SSH channel), what a failure means there (is the
+sandbox gone? the connection?), and how the sandbox's paths and environment look from the
+agent. Everything else is here, once:
 
-SshAgentLink keeps one live AgentClient per sandbox (keyed by its directory) in this
-process (agent_start.py starts them), one start per sandbox at a time, and a new one when
-the last one's channel broke: its calls in flight fail with AgentBroken (a BackendError),
-the next call gets a new agent. After a failure, one cheap look (`test -d` on the
-connection) tells whether the sandbox's directory is gone (SandboxGone); a connection that
-died under the agent is SshConnectionLost.
-
-Paths: callers speak of /workspace; layout.host_path maps it to the sandbox's directory on
-the host, layout.sandbox_path maps listings back. Every call's environment is
-layout.sandbox_env (the sandbox's variables, the call's, and the fixed ones).
+- one live client per sandbox in this process, one start per sandbox at a time, a new one
+  when the last one's stream broke (its calls in flight fail with AgentBroken);
+- a sandbox found unable to run the agent (no python3: AgentUnavailable) is not asked again
+  for UNAVAILABLE_FOR seconds, so it does not pay a failed start on every call;
+- an agent that stopped answering is killed by its successor (it would never see its end of
+  input, as it does not read);
+- at most `max_agents` live agents (a kind whose connection limits sessions, as sshd's
+  MaxSessions does): past it the least recently used idle one is closed;
+- commands are never retried (they may have run); a command whose agent died under it is
+  killed by its marker from the next agent; reads, listings and port opens are tried again
+  once on a new agent; writes and job starts never.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import shlex
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import IO, Any, TypeVar
+from typing import IO, Any, Protocol, TypeVar
 
 from hosts.backends.agent.client import AgentBroken, AgentClient, AgentUnavailable, ExecCall
 from hosts.backends.base import (
@@ -38,57 +37,86 @@ from hosts.backends.base import (
     PortStream,
     SandboxGone,
 )
-from hosts.backends.ssh import layout
-from hosts.backends.ssh.agent_start import StartFailed, lost, start_agent
-from hosts.backends.ssh.connection import SshConnection
-from hosts.backends.ssh.errors import SshConnectionLost, SshError
 
-__all__ = ["AgentUnavailable", "SshAgentLink"]
+__all__ = ["AgentLink", "AgentPlace", "AgentUnavailable", "Started"]
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 UNAVAILABLE_FOR = 300.0  # seconds a sandbox found without python3 is not asked again
-GONE_CHECK_TIMEOUT = 10.0
-INTERNAL_TIMEOUT = 60.0  # the platform's own scripts (job polls, upload checks)
-# Live agents per link (per host, per process) before the least recently used idle one is
-# closed to make room: sshd's MaxSessions (10 by default) minus sessions for transfers and
-# plain commands.
-MAX_AGENTS = 8
+INTERNAL_TIMEOUT = 60.0  # the platform's own scripts through the agent (job polls, checks)
 _CANNOT_RUN = 126  # what the agent answers for a command it cannot start (a missing cwd)
 
 
 @dataclass
-class _Agent:
+class Started:
+    """A running agent and what its kind needs to explain a failure later (the connection
+    its channel is on, say)."""
+
     client: AgentClient
-    connection: SshConnection  # the connection its channel is on
+    context: Any = None
+
+
+class AgentPlace(Protocol):
+    """What a kind of host supplies for its sandboxes' agents."""
+
+    def key(self, state: dict[str, Any]) -> str | None:
+        """The sandbox's key in this process (its container, its directory); None when the
+        state names no running sandbox (a lone volume that reconciliation removes)."""
+        ...
+
+    def start(self, state: dict[str, Any]) -> Started:
+        """A running agent for the sandbox. AgentUnavailable: it cannot run there (the link
+        remembers that); SandboxGone: the sandbox is gone; BackendError: anything else."""
+        ...
+
+    def after_broken(self, state: dict[str, Any], context: Any) -> None:
+        """An agent's stream broke under a call: raise what that means (SandboxGone, a lost
+        connection), or return to let the call's own AgentBroken stand."""
+        ...
+
+    def after_missing(self, state: dict[str, Any]) -> None:
+        """A path or working directory was missing: SandboxGone if the whole sandbox is."""
+        ...
+
+    def host_path(self, state: dict[str, Any], path: str) -> str:
+        """A sandbox path (/workspace/...) as the agent sees it."""
+        ...
+
+    def sandbox_path(self, state: dict[str, Any], path: str) -> str:
+        """The other way: a path the agent reported, in the sandbox's terms."""
+        ...
+
+    def environment(self, state: dict[str, Any], env: dict[str, str]) -> dict[str, str]:
+        """A call's whole environment as the agent should set it."""
+        ...
+
+    def write_root(self, state: dict[str, Any]) -> str:
+        """Where writes must stay, as the agent sees it (it refuses to leave it)."""
+        ...
+
+    def job_dir(self, state: dict[str, Any], job_id: str) -> str:
+        """Where a background job keeps its files, as the agent sees it."""
+        ...
+
+
+@dataclass
+class _Agent:
+    started: Started
     busy: int = 0  # calls using it now (an agent in use is never closed to make room)
     used: float = field(default_factory=time.monotonic)
 
+    @property
+    def client(self) -> AgentClient:
+        return self.started.client
 
-class SshAgentLink:
-    """The agents of one host's sandboxes: one live client per sandbox in this process.
 
-    `connect` returns the host's live connection (the backend passes
-    `lambda: pool.get(target)`); it is asked on every start, so a reconnect is picked up.
-    Each agent holds a session of that connection, and sshd allows only so many at once
-    (MaxSessions, 10 by default): past `max_agents` live agents, starting one closes the
-    least recently used idle one (it starts again when its sandbox is next used; background
-    jobs do not mind), leaving sessions for transfers and plain commands.
-    """
+class AgentLink:
+    """The agents of one host's sandboxes in this process."""
 
-    def __init__(
-        self,
-        connect: Callable[[], SshConnection],
-        *,
-        python: str = "python3",
-        start_timeout: float | None = None,
-        max_agents: int = MAX_AGENTS,
-    ) -> None:
-        self.connect = connect
-        self.python = python
-        self.start_timeout = start_timeout
+    def __init__(self, place: AgentPlace, *, max_agents: int | None = None) -> None:
+        self.place = place
         self.max_agents = max_agents
         self._lock = threading.Lock()
         self._agents: dict[str, _Agent] = {}
@@ -99,12 +127,11 @@ class SshAgentLink:
     def running(self, state: dict[str, Any]) -> bool:
         """Whether the sandbox has a live agent in this process already."""
         with self._lock:
-            agent = self._agents.get(_key(state))
+            agent = self._agents.get(self._key(state))
             return agent is not None and agent.client.alive
 
     def client(self, state: dict[str, Any]) -> AgentClient:
-        """The sandbox's live agent, started if there is none. AgentUnavailable: the host has
-        no usable python3; SandboxGone: the sandbox's directory is gone; SshError: the host."""
+        """The sandbox's live agent, started if there is none."""
         with self._use(state) as agent:
             return agent.client
 
@@ -121,7 +148,7 @@ class SshAgentLink:
 
     def _agent(self, state: dict[str, Any]) -> _Agent:
         """The sandbox's live agent (started if need be), its busy count raised by one."""
-        key = _key(state)
+        key = self._key(state)
         with self._lock:
             agent = self._taken(key)
             if agent is not None:
@@ -137,16 +164,27 @@ class SshAgentLink:
             if refused is not None and time.monotonic() - refused[0] < UNAVAILABLE_FOR:
                 raise AgentUnavailable(refused[1])
             self._make_room()
-            agent = self._start(state)
+            try:
+                agent = _Agent(self.place.start(state), busy=1)
+            except AgentUnavailable as exc:
+                with self._lock:
+                    self._unavailable[key] = (time.monotonic(), str(exc))
+                raise
             with self._lock:
                 self._agents[key] = agent
                 self._unavailable.pop(key, None)
         if old is not None and old.client.abandoned and old.client.pid:
             # It stopped answering (a command stopped it, say): an agent that does not read
-            # never sees its channel close, so it would stay for good.
+            # never sees its stream close, so it would stay for good.
             with contextlib.suppress(BackendError):
                 agent.client.kill_agent(old.client.pid, timeout=10)
         return agent
+
+    def _key(self, state: dict[str, Any]) -> str:
+        key = self.place.key(state)
+        if key is None:
+            raise BackendError("the sandbox has nothing that runs an agent")
+        return key
 
     def _taken(self, key: str) -> _Agent | None:
         """The live agent under `key`, its busy count raised (the caller holds the lock)."""
@@ -159,6 +197,8 @@ class SshAgentLink:
     def _make_room(self) -> None:
         """Close the least recently used idle agent if max_agents are live. An agent with a
         call in flight (an open port stream: a preview being served) is not idle."""
+        if self.max_agents is None:
+            return
         with self._lock:
             live = {key: a for key, a in self._agents.items() if a.client.alive}
             idle = [
@@ -169,26 +209,11 @@ class SshAgentLink:
             victim = self._agents.pop(min(idle)[1])
         victim.client.close()
 
-    def _start(self, state: dict[str, Any]) -> _Agent:
-        connection = self.connect()
-        try:
-            client = start_agent(
-                connection, state, python=self.python, start_timeout=self.start_timeout
-            )
-        except StartFailed as failed:
-            if (error := lost(connection, "starting the sandbox agent")) is not None:
-                raise error from failed
-            self.check_gone(state, connection)
-            explained = failed.explain()
-            if isinstance(explained, AgentUnavailable):
-                with self._lock:
-                    self._unavailable[_key(state)] = (time.monotonic(), str(explained))
-            raise explained from failed
-        return _Agent(client, connection, busy=1)
-
     def forget(self, state: dict[str, Any]) -> None:
         """Drop the sandbox's agent (it is being destroyed, or was replaced)."""
-        key = _key(state)
+        key = self.place.key(state)
+        if key is None:
+            return
         with self._lock:
             agent = self._agents.pop(key, None)
             self._unavailable.pop(key, None)
@@ -197,47 +222,16 @@ class SshAgentLink:
             agent.client.close()
 
     def close(self) -> None:
-        """Close every agent's channel (their agents stop their commands and exit)."""
+        """Close every agent's stream (their agents stop their commands and exit)."""
         with self._lock:
             agents = list(self._agents.values())
             self._agents.clear()
         for agent in agents:
             agent.client.close()
 
-    # --- failures ------------------------------------------------------------------------------
-    def check_gone(self, state: dict[str, Any], connection: SshConnection | None = None) -> None:
-        """SandboxGone if the sandbox's workspace no longer exists on the host: one round trip
-        (on `connection`, default the host's current one). SshConnectionLost if that
-        connection is lost; other SSH errors raise nothing (the caller's error stands)."""
-        workspace = str(state["workspace"])
-        try:
-            result = (connection or self.connect()).run(
-                f"test -d {shlex.quote(workspace)}", timeout=GONE_CHECK_TIMEOUT
-            )
-        except SshConnectionLost:
-            raise
-        except SshError:
-            return
-        if result.exit_code == 1:
-            raise SandboxGone(
-                f"the directory of sandbox {state['sandbox_id']} ({workspace}) no longer "
-                "exists on its host"
-            )
-
-    def _raise_broken(self, state: dict[str, Any], agent: _Agent, exc: AgentBroken) -> None:
-        """A call's agent channel broke: SshConnectionLost if the connection went with it,
-        SandboxGone if the sandbox's directory did; else the caller raises `exc` itself."""
-        doing = "a call to the sandbox agent was in flight"
-        try:
-            if (error := lost(agent.connection, doing)) is None:
-                self.check_gone(state, agent.connection)
-        except SshConnectionLost as failed:
-            error = failed
-        # Looked at again after the round trip: paramiko closes a dying connection's channels
-        # a moment before it marks the connection itself inactive.
-        error = error or lost(agent.connection, doing)
-        if error is not None:
-            raise error from exc
+    def check_gone(self, state: dict[str, Any]) -> None:
+        """SandboxGone if the sandbox no longer exists (the kind's own cheap look)."""
+        self.place.after_missing(state)
 
     # --- operations ----------------------------------------------------------------------------
     def exec(
@@ -265,8 +259,8 @@ class SshAgentLink:
             try:
                 call = agent.client.start_exec(
                     argv,
-                    cwd=layout.host_path(state, cwd),
-                    env=_environment(state, env),
+                    cwd=self.place.host_path(state, cwd),
+                    env=self.place.environment(state, env),
                     timeout=timeout,
                     output_cap=output_cap,
                     on_output=on_output,
@@ -275,15 +269,15 @@ class SshAgentLink:
                     grace=grace,
                 )
                 result = call.wait()
-            except AgentBroken as exc:
-                self._raise_broken(state, agent, exc)
+            except AgentBroken:
+                self.place.after_broken(state, agent.started.context)
                 if call is not None and not agent.client.closed:
                     self._kill_orphan(state, call.marker)
                 raise
             if not agent.client.alive and call is not None:  # cut by the deadline, dropped
                 self._kill_orphan(state, call.marker)
         if result.exit_code == _CANNOT_RUN:  # no cwd, say: is the whole sandbox gone?
-            self.check_gone(state)
+            self.place.after_missing(state)
         return result
 
     def _kill_orphan(self, state: dict[str, Any], marker: str) -> None:
@@ -294,6 +288,7 @@ class SshAgentLink:
         except SandboxGone:
             raise
         except Exception:
+            self.place.after_broken(state, None)  # no new agent: is the sandbox going?
             logger.warning("could not kill the processes of command %s", marker, exc_info=True)
 
     def run_script(
@@ -309,7 +304,7 @@ class SshAgentLink:
         return self.exec(
             state,
             ["sh", "-c", script, "sandhub", *args],
-            cwd=layout.WORKSPACE,
+            cwd="/workspace",
             env={},
             timeout=timeout,
             output_cap=output_cap,
@@ -319,64 +314,53 @@ class SshAgentLink:
         self, state: dict[str, Any], path: str, *, offset: int = 0, length: int
     ) -> tuple[int, bytes]:
         """(size of the file, up to `length` bytes from `offset`), read as the sandbox user."""
-        host = layout.host_path(state, path)
+        host = self.place.host_path(state, path)
         return self.idempotent(state, lambda c: c.read_file(host, offset=offset, length=length))
 
     def list_dir(self, state: dict[str, Any], path: str) -> list[FileEntry]:
         """Entries of a directory (or the one entry of a file), paths in the sandbox's terms."""
-        entries = self.idempotent(state, lambda c: c.list_dir(layout.host_path(state, path)))
-        return [replace(e, path=layout.sandbox_path(state, e.path)) for e in entries]
+        host = self.place.host_path(state, path)
+        entries = self.idempotent(state, lambda c: c.list_dir(host))
+        return [replace(e, path=self.place.sandbox_path(state, e.path)) for e in entries]
 
     def write_file(
         self, state: dict[str, Any], path: str, content: bytes | IO[bytes], *, mode: int = 0o644
     ) -> int:
-        """Write a file under /workspace atomically, as the sandbox user; its size."""
-        host, root = layout.host_path(state, path), str(state["workspace"])
+        """Write a file atomically, as the sandbox user; its size."""
+        host, root = self.place.host_path(state, path), self.place.write_root(state)
         return self.call(state, lambda c: c.write_file(host, content, mode=mode, root=root))
 
     def open_port(self, state: dict[str, Any], port: int, timeout: float) -> PortStream:
-        """A stream to the sandbox's own listener on 127.0.0.1:port on the host, through its
-        agent, which runs as the sandbox's user and refuses a listener of another user
-        (PortClosed); opening is tried again on a new agent if the channel broke."""
+        """A stream to the sandbox's own listener on 127.0.0.1:port through its agent (so a
+        sandbox without network serves it too; the agent refuses another user's listener:
+        PortClosed); opening is tried again on a new agent if the stream broke."""
         return self.idempotent(state, lambda client: client.open_port(port, timeout))
 
     def call(self, state: dict[str, Any], operation: Callable[[AgentClient], T]) -> T:
         """operation(the sandbox's agent), once: for what must not run twice (a write, a job
-        start). A broken channel raises AgentBroken, SandboxGone or SshConnectionLost."""
+        start). A broken stream raises AgentBroken, or what the kind finds it means."""
         try:
             with self._use(state) as agent:
                 try:
                     return operation(agent.client)
-                except AgentBroken as exc:
-                    self._raise_broken(state, agent, exc)
+                except AgentBroken:
+                    self.place.after_broken(state, agent.started.context)
                     raise
         except FileNotFoundError:  # the path, or the whole sandbox?
-            self.check_gone(state)
+            self.place.after_missing(state)
             raise
 
     def idempotent(self, state: dict[str, Any], operation: Callable[[AgentClient], T]) -> T:
-        """operation(the sandbox's agent), tried again once on a new agent if the channel
+        """operation(the sandbox's agent), tried again once on a new agent if the stream
         broke: for reads, listings, kills."""
         try:
             with self._use(state) as agent:
                 try:
                     return operation(agent.client)
-                except AgentBroken as exc:
-                    self._raise_broken(state, agent, exc)
+                except AgentBroken:
+                    self.place.after_broken(state, agent.started.context)
             with self._use(state) as agent:
                 return operation(agent.client)
         except FileNotFoundError:  # the path, or the whole sandbox?
-            self.check_gone(state)
+            self.place.after_missing(state)
             raise
-
-
-def _key(state: dict[str, Any]) -> str:
-    return str(state["dir"])
-
-
-def _environment(state: dict[str, Any], env: dict[str, str]) -> dict[str, str]:
-    """The call's whole environment (the agent's own is the sandbox's, from its start)."""
-    try:
-        return layout.sandbox_env(state, env)
-    except layout.LayoutError as exc:
-        raise BackendError(str(exc)) from exc

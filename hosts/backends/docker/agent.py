@@ -1,0 +1,176 @@
+"""The sandbox agent in Docker sandboxes: its transport (one exec each) and what failures mean.
+
+The agent (hosts/backends/agent/) runs as the sandbox user in ONE long-lived exec with stdin
+attached: `python3 -I -u -c BOOTSTRAP`, its source sent over that stdin. Nothing is baked
+into the image and nothing listens on a port. The exec's hijacked connection is the
+transport; the engine multiplexes the exec's stdout and stderr on it (tty off), in frames
+(ExecStream takes them apart): stdout carries the agent's frames, stderr its diagnostics.
+
+The link itself (one client per container, restarts, retries) is agent/link.py's, shared by
+every kind; DockerAgentPlace supplies the start and the checks. An image without python3
+raises AgentUnavailable (the backend uses the per-command path); a stream that broke because
+the container went away raises SandboxGone.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import docker.errors
+
+from hosts.backends.agent.client import AgentClient, AgentStartFailed, AgentUnavailable
+from hosts.backends.agent.link import AgentLink, Started
+from hosts.backends.agent.protocol import BOOTSTRAP
+from hosts.backends.base import BackendError, SandboxGone
+from hosts.backends.docker.engine import Engine
+from hosts.backends.docker.names import (
+    JOBS_DIR,
+    SANDBOX_USER,
+    WORKSPACE,
+    container_ref,
+    names,
+)
+from hosts.backends.docker.stream import ExecStream
+
+__all__ = ["DockerAgentPlace", "DockerTransport", "agent_link"]
+
+_STDERR_KEEP = 8192
+# What the engine says when the exec's program is missing (on the exec's stdout).
+_MISSING = ("executable file not found", "no such file or directory")
+
+
+class DockerTransport:
+    """The hijacked connection of an exec with stdin: writes go to the exec's stdin, reads are
+    the exec's stdout with the engine's stream frames taken off (stderr is kept aside)."""
+
+    def __init__(self, sock: Any) -> None:
+        self._stream = ExecStream(sock)
+        self._stream.timed.settimeout(None)  # an idle agent is fine: calls keep deadlines
+        self._stderr = bytearray()
+
+    def recv(self) -> bytes:
+        while True:
+            data = self._stream.read()
+            if not data:
+                return b""
+            out = bytearray()
+            for kind, piece in self._stream.split(data):
+                if kind == 2:
+                    self._stderr += piece
+                    del self._stderr[:-_STDERR_KEEP]
+                else:
+                    out += piece
+            if out:
+                return bytes(out)
+
+    def sendall(self, data: bytes) -> None:
+        self._stream.timed.sendall(data)
+
+    def close(self) -> None:
+        # shutdown first (in ExecStream.close): it ends a recv() blocked in the reader
+        # thread, and the engine closes the agent's stdin (it then stops its commands).
+        self._stream.close()
+
+    def said(self) -> str:
+        return self._stderr.decode("utf-8", "replace").strip()
+
+
+class DockerAgentPlace:
+    """How agents start in one engine's containers, and what their failures mean."""
+
+    def __init__(self, engine: Engine, *, python: str = "python3") -> None:
+        self.engine = engine
+        self.python = python
+
+    def key(self, state: dict[str, Any]) -> str | None:
+        container, _ = names(state)
+        return container or None
+
+    def start(self, state: dict[str, Any]) -> Started:
+        container = container_ref(state)
+        api = self.engine.api()
+        with self.engine.errors("starting the sandbox agent"):
+            try:
+                exec_id = api.exec_create(
+                    container,
+                    [self.python, "-I", "-u", "-c", BOOTSTRAP],
+                    stdin=True,
+                    stdout=True,
+                    stderr=True,
+                    tty=False,
+                    user=SANDBOX_USER,
+                    workdir="/",
+                )["Id"]
+            except docker.errors.NotFound as exc:
+                raise SandboxGone(f"sandbox container {container} no longer exists") from exc
+            except docker.errors.APIError as exc:
+                if exc.status_code == 409:
+                    raise BackendError(f"sandbox container {container} is not running") from exc
+                raise
+            sock = api.exec_start(exec_id, socket=True)
+        try:
+            return Started(AgentClient(DockerTransport(sock), label=container[:12]))
+        except AgentStartFailed as exc:
+            said = f"{exc.early.decode('utf-8', 'replace')} {exc.said}".strip()
+            if any(text in said.lower() for text in _MISSING) or "SyntaxError" in said:
+                raise AgentUnavailable(
+                    f"the sandbox agent cannot run in {container}: the image has no usable "
+                    f"{self.python} ({said[-300:]})"
+                ) from exc
+            self.after_broken(state, None)
+            raise
+
+    def after_broken(self, state: dict[str, Any], context: Any) -> None:
+        """SandboxGone if the container is gone or going (a forced removal kills it first,
+        so the stream may break a moment before it is gone)."""
+        container = container_ref(state)
+        give_up, looks = time.monotonic() + 2.0, 0
+        while True:
+            looks += 1
+            status = self._status(container)
+            if status is None:
+                return  # the engine cannot say: the caller's own error stands
+            if status == "running" and looks > 1:  # twice: a kill may not show at once
+                return
+            if time.monotonic() > give_up:
+                raise BackendError(f"sandbox container {container} is not running ({status})")
+            time.sleep(0.1)
+
+    def after_missing(self, state: dict[str, Any]) -> None:
+        """One look: a missing path in a container that is there is just a missing path."""
+        self._status(container_ref(state))
+
+    def _status(self, container: str) -> str | None:
+        """The container's status; SandboxGone if it is gone or being removed."""
+        try:
+            info = self.engine.api().inspect_container(container)
+        except docker.errors.NotFound as exc:
+            raise SandboxGone(f"sandbox container {container} no longer exists") from exc
+        except Exception:
+            return None
+        status = info.get("State", {}).get("Status")
+        if status in ("removing", "dead"):
+            raise SandboxGone(f"sandbox container {container} is being removed")
+        return status
+
+    # Paths and environment are the container's own: /workspace is /workspace.
+    def host_path(self, state: dict[str, Any], path: str) -> str:
+        return path
+
+    def sandbox_path(self, state: dict[str, Any], path: str) -> str:
+        return path
+
+    def environment(self, state: dict[str, Any], env: dict[str, str]) -> dict[str, str]:
+        return env
+
+    def write_root(self, state: dict[str, Any]) -> str:
+        return WORKSPACE
+
+    def job_dir(self, state: dict[str, Any], job_id: str) -> str:
+        return f"{JOBS_DIR}/{job_id}"
+
+
+def agent_link(engine: Engine, *, python: str = "python3") -> AgentLink:
+    """The agents of one engine's sandboxes (no limit on how many: an exec is no session)."""
+    return AgentLink(DockerAgentPlace(engine, python=python))
