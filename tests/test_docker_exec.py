@@ -15,7 +15,8 @@ import pytest
 
 from hosts.backends.base import Unsupported
 from hosts.backends.docker import DockerBackend
-from hosts.backends.docker import exec as docker_backend
+from hosts.backends.docker.plain import MAX_STDIN_BYTES
+from hosts.backends.fallback import commands as fallback_commands
 from hosts.models import Host
 from tests.test_docker_backend import (
     ENDPOINT,
@@ -124,7 +125,7 @@ def test_stdin(backend: DockerBackend, sandbox: dict[str, Any]) -> None:
     assert result.stdout.decode().split()[0] == hashlib.sha256(data).hexdigest()
     assert result.stdout.decode().split()[-1] == "unset"  # not leaked to the command
     with pytest.raises(Unsupported):
-        run(backend, sandbox, "cat", stdin=b"x" * (docker_backend.MAX_STDIN_BYTES + 1))
+        run(backend, sandbox, "cat", stdin=b"x" * (MAX_STDIN_BYTES + 1))
 
 
 def test_timeout_kills_the_command(backend: DockerBackend, sandbox: dict[str, Any]) -> None:
@@ -197,7 +198,7 @@ def test_callers_own_deadline(
     backend: DockerBackend, sandbox: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Make the caller's deadline come before the in-sandbox one: timeout 30 + 2 - 31 = 1 s.
-    monkeypatch.setattr(docker_backend, "_CLIENT_GRACE", -31.0)
+    monkeypatch.setattr(fallback_commands, "CLIENT_GRACE", -31.0)
     started = time.monotonic()
     result = run(backend, sandbox, "echo early; sleep 621 & sleep 620", timeout=30)
     assert time.monotonic() - started < 3

@@ -24,9 +24,7 @@ from hosts.backends.agent.client import AgentUnavailable
 from hosts.backends.agent.jobs import AgentJobs
 from hosts.backends.agent.link import AgentLink
 from hosts.backends.base import JobStatus
-from hosts.backends.ssh.agent import agent_link
 from hosts.backends.ssh.backend import SshBackend
-from hosts.backends.ssh.tarstreams import SshTars
 from hosts.models import Credential, Host
 from tests.ssh_agent_fixtures import CAP, remote_processes, wait_for
 from tests.ssh_agent_fixtures import base_dir as base_dir  # noqa: F401 - a fixture
@@ -56,9 +54,7 @@ def backend(sshd: Sshd, base_dir: str) -> Iterator[SshBackend]:  # noqa: F811
         host_key_type="ssh-ed25519",
     )
     ssh = SshBackend(host)
-    ssh.agents = agent_link(ssh.connection, python=ABSENT_PYTHON)
-    ssh.jobs = AgentJobs(ssh.agents)
-    ssh.tars = SshTars(ssh.agents, ssh.connection)
+    ssh.place.python = ABSENT_PYTHON  # what a host without python3 looks like to the backend
     yield ssh
     ssh.close()
 

@@ -20,14 +20,11 @@ from typing import Any
 
 import pytest
 
-from hosts.backends.agent.jobs import AgentJobs
 from hosts.backends.agent.ports import AgentPortStream
 from hosts.backends.base import PortClosed, PortStream, Unsupported
-from hosts.backends.ssh.agent import agent_link
 from hosts.backends.ssh.backend import SshBackend
 from hosts.backends.ssh.hostprobe import HostFacts
 from hosts.backends.ssh.ports import ChannelPortStream
-from hosts.backends.ssh.tarstreams import SshTars
 from hosts.models import Credential, Host
 from tests.ssh_agent_fixtures import base_dir as base_dir  # noqa: F401 - a fixture
 from tests.ssh_agent_fixtures import conns as conns  # noqa: F401 - a fixture
@@ -69,9 +66,7 @@ def make_backend(sshd: Sshd, base_dir: str, *, agent: bool) -> SshBackend:  # no
     )
     ssh = SshBackend(host)
     if not agent:  # what a host without python3 looks like to the backend
-        ssh.agents = agent_link(ssh.connection, python=ABSENT_PYTHON)
-        ssh.jobs = AgentJobs(ssh.agents)
-        ssh.tars = SshTars(ssh.agents, ssh.connection)
+        ssh.place.python = ABSENT_PYTHON
     return ssh
 
 

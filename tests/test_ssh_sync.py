@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from hosts.backends.ssh.backend import SshBackend
-from hosts.backends.ssh.sync import SshTreeSync
 from sandboxes import services
 from sandboxes.errors import InvalidInput, NotFound
 from tenants.models import AuditLog
@@ -80,8 +79,7 @@ def test_sync_without_python3_goes_the_plain_way(
     plain_backend: SshBackend, sandbox: dict[str, Any], tmp_path: Path
 ) -> None:
     backend = plain_backend
-    # The fixture swapped the agent link for one whose python is missing: sync uses it too.
-    backend.sync = SshTreeSync(backend.agents, backend.plain, backend.tars)
+    # The fixture's agent link looks for a python that is missing: sync uses it too.
     local = tmp_path / "local"
     make_tree(local)
     assert backend.manifest(sandbox, ROOT, after=None, limit=10).exists is False

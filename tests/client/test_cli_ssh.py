@@ -32,11 +32,7 @@ import pytest
 
 from hosts.backends import get_backend
 from hosts.backends.agent.client import AgentUnavailable
-from hosts.backends.agent.jobs import AgentJobs
-from hosts.backends.ssh.agent import agent_link
 from hosts.backends.ssh.backend import SshBackend
-from hosts.backends.ssh.sync import SshTreeSync
-from hosts.backends.ssh.tarstreams import SshTars
 from hosts.models import Host
 from sandboxes import services
 from sandboxes.models import Sandbox
@@ -81,10 +77,7 @@ def without_agent(host: Host) -> SshBackend:
     python3), so sync, commands and jobs all go the plain way (tests/test_ssh_plain.py)."""
     backend = get_backend(Host.objects.get(pk=host.pk))
     assert isinstance(backend, SshBackend)
-    backend.agents = agent_link(backend.connection, python=ABSENT_PYTHON)
-    backend.jobs = AgentJobs(backend.agents)
-    backend.tars = SshTars(backend.agents, backend.connection)
-    backend.sync = SshTreeSync(backend.agents, backend.plain, backend.tars)
+    backend.place.python = ABSENT_PYTHON
     return backend
 
 

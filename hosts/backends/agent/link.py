@@ -37,6 +37,7 @@ from hosts.backends.base import (
     PortStream,
     SandboxGone,
 )
+from hosts.backends.place import SandboxPlace
 
 __all__ = ["AgentLink", "AgentPlace", "AgentUnavailable", "Started"]
 
@@ -58,13 +59,9 @@ class Started:
     context: Any = None
 
 
-class AgentPlace(Protocol):
-    """What a kind of host supplies for its sandboxes' agents."""
-
-    def key(self, state: dict[str, Any]) -> str | None:
-        """The sandbox's key in this process (its container, its directory); None when the
-        state names no running sandbox (a lone volume that reconciliation removes)."""
-        ...
+class AgentPlace(SandboxPlace, Protocol):
+    """What a kind of host supplies for its sandboxes' agents: the place (place.py), how an
+    agent starts there and what a broken stream means there."""
 
     def start(self, state: dict[str, Any]) -> Started:
         """A running agent for the sandbox. AgentUnavailable: it cannot run there (the link
@@ -74,30 +71,6 @@ class AgentPlace(Protocol):
     def after_broken(self, state: dict[str, Any], context: Any) -> None:
         """An agent's stream broke under a call: raise what that means (SandboxGone, a lost
         connection), or return to let the call's own AgentBroken stand."""
-        ...
-
-    def after_missing(self, state: dict[str, Any]) -> None:
-        """A path or working directory was missing: SandboxGone if the whole sandbox is."""
-        ...
-
-    def host_path(self, state: dict[str, Any], path: str) -> str:
-        """A sandbox path (/workspace/...) as the agent sees it."""
-        ...
-
-    def sandbox_path(self, state: dict[str, Any], path: str) -> str:
-        """The other way: a path the agent reported, in the sandbox's terms."""
-        ...
-
-    def environment(self, state: dict[str, Any], env: dict[str, str]) -> dict[str, str]:
-        """A call's whole environment as the agent should set it."""
-        ...
-
-    def write_root(self, state: dict[str, Any]) -> str:
-        """Where writes must stay, as the agent sees it (it refuses to leave it)."""
-        ...
-
-    def job_dir(self, state: dict[str, Any], job_id: str) -> str:
-        """Where a background job keeps its files, as the agent sees it."""
         ...
 
 

@@ -1,7 +1,8 @@
 """Sandboxes as Docker containers, driven through the docker SDK over the host's endpoint.
 
-DockerBackend implements the backend interface by composing one helper per responsibility,
-all sharing one Engine (the connection to the host's engine):
+DockerBackend is an AgentFirstBackend (agentfirst.py: agent or per-command path, chosen once
+for every kind) composed of one helper per responsibility, all sharing one Engine (the
+connection to the host's engine):
 
 - names:      container and volume names, labels, the sandbox user;
 - engine:     the client (TLS material from the host's credential) and error mapping;
@@ -11,11 +12,11 @@ all sharing one Engine (the connection to the host's engine):
 - agent:      the sandbox agent's transport (one long-lived exec per sandbox) and checks;
               agent/link.py and agent/jobs.py run commands, listings and background jobs
               through it, as for every kind, without an engine exec each;
-- exec:       commands through the wrapper in `scripts`, output read from the exec stream (the
-              path when the agent is off, or the image has no python3 to run it);
-- files:      tar archives in and out, directory listings;
-- sync:       a tree's manifest, deletions and a tar of chosen entries (the local client);
-- background: detached jobs that outlive the caller;
+- plain:      the engine exec, the one primitive of the per-command path (fallback/: where
+              the agent is off, or the image has no python3 to run it);
+- stream:     an exec's hijacked connection, its frames taken apart;
+- files:      tar archives in and out;
+- sync:       a tar of chosen entries (the local client);
 - probe:      health and committed load of the host, GPU use;
 - pool:       warm-pool members and their claim.
 
@@ -30,35 +31,29 @@ from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from typing import IO, TYPE_CHECKING, Any
 
-from django.conf import settings
-
 from hosts.backends.agent.client import AgentUnavailable
 from hosts.backends.agent.jobs import AgentJobs
+from hosts.backends.agent.link import AgentLink
+from hosts.backends.agentfirst import AgentFirstBackend
 from hosts.backends.base import (
     BackendError,
-    ExecResult,
-    FileEntry,
-    JobStatus,
     ManagedResource,
-    ManifestPage,
-    OutputCallback,
     PortStream,
     ProbeResult,
-    SandboxBackend,
     SandboxSpec,
     Unsupported,
 )
-from hosts.backends.docker import exec as per_command
-from hosts.backends.docker.agent import agent_link
-from hosts.backends.docker.background import Jobs
+from hosts.backends.docker import sync
+from hosts.backends.docker.agent import DockerAgentPlace
 from hosts.backends.docker.containers import Containers
 from hosts.backends.docker.disk import DEFAULT_DISK_MB
 from hosts.backends.docker.engine import Engine
-from hosts.backends.docker.exec import MAX_STDIN_BYTES, Commands
 from hosts.backends.docker.files import Files
+from hosts.backends.docker.plain import DockerPlainExec
 from hosts.backends.docker.pool import Pool
 from hosts.backends.docker.probe import Prober
-from hosts.backends.docker.sync import TreeSync
+from hosts.backends.fallback.commands import PlainCommands
+from hosts.backends.fallback.jobs import PlainJobs
 
 if TYPE_CHECKING:
     from hosts.models import Host
@@ -67,10 +62,8 @@ __all__ = ["DockerBackend"]
 
 logger = logging.getLogger(__name__)
 
-LIVE_ALL = 1 << 62  # live output budget a stream through the agent: no sampling
 
-
-class DockerBackend(SandboxBackend):
+class DockerBackend(AgentFirstBackend):
     kind = "docker"
 
     def __init__(self, host: Host) -> None:
@@ -78,14 +71,14 @@ class DockerBackend(SandboxBackend):
         self.engine = Engine(host)
         super().__init__(host)
         self.containers = Containers(self.engine)
-        self.commands = Commands(self.engine)
-        self.files = Files(self.engine, self.commands)
-        self.jobs = Jobs(self.commands)
+        self.place = DockerAgentPlace(self.engine)
+        self.agents = AgentLink(self.place)
+        self.agent_jobs = AgentJobs(self.agents)
+        self.plain = PlainCommands(DockerPlainExec(self.engine), self.place)
+        self.plain_jobs = PlainJobs(self.plain)
+        self.files = Files(self.engine, self.plain)
         self.prober = Prober(self.engine)
         self.pool = Pool(self.engine, self.containers)
-        self.agents = agent_link(self.engine)
-        self.agent_jobs = AgentJobs(self.agents)
-        self.sync = TreeSync(self.commands, self.files, self.agents, self._agent_on)
 
     # The registry hands a cached backend the caller's fresh Host row (flags, options): kept on
     # the engine, every helper reads that one.
@@ -102,13 +95,6 @@ class DockerBackend(SandboxBackend):
         self.agents.close()
         self.engine.close()
 
-    def _agent_on(self) -> bool:
-        """Whether commands go through the sandbox agent: the setting, then the host's option
-        (read on each call, so a changed Host row or setting applies at once)."""
-        if not getattr(settings, "SANDHUB_AGENT", True):
-            return False
-        return bool(self.host.options.get("agent", True))
-
     # --- lifecycle ---------------------------------------------------------------------------
     def provision(self, spec: SandboxSpec) -> dict[str, Any]:
         return self.containers.provision(spec)
@@ -122,92 +108,6 @@ class DockerBackend(SandboxBackend):
     def status(self, state: dict[str, Any]) -> str:
         return self.containers.status(state)
 
-    # --- commands ----------------------------------------------------------------------------
-    def exec(
-        self,
-        state: dict[str, Any],
-        argv: list[str],
-        *,
-        cwd: str,
-        env: dict[str, str],
-        timeout: float,
-        output_cap: int,
-        on_output: OutputCallback | None = None,
-        stdin: bytes | None = None,
-        once: bool = False,
-    ) -> ExecResult:
-        # A one-off command costs one engine exec; starting an agent for it costs that, a
-        # python3 start and a handshake, for nothing (unless one runs already).
-        if self._agent_on() and (not once or self.agents.running(state)):
-            # The per-command path's stdin limit (it passes stdin in the environment) holds
-            # here too, so a caller sees the same answer whichever path runs the command.
-            if stdin is not None and len(stdin) > MAX_STDIN_BYTES:
-                raise Unsupported(
-                    f"stdin of {len(stdin)} bytes is over the docker backend's "
-                    f"{MAX_STDIN_BYTES}-byte limit; upload a file and redirect from it instead"
-                )
-            try:
-                return self.agents.exec(
-                    state,
-                    argv,
-                    cwd=cwd,
-                    env=env,
-                    timeout=timeout,
-                    output_cap=output_cap,
-                    on_output=on_output,
-                    stdin=stdin,
-                    # Every byte live, as the per-command path streams it (the callers' pumps
-                    # keep what they show bounded), and the same caller's deadline.
-                    live_limit=LIVE_ALL,
-                    grace=per_command._CLIENT_GRACE,
-                )
-            except AgentUnavailable:
-                pass  # no python3 in the image: one engine exec per command, as before
-        return self.commands.exec(
-            state,
-            argv,
-            cwd=cwd,
-            env=env,
-            timeout=timeout,
-            output_cap=output_cap,
-            on_output=on_output,
-            stdin=stdin,
-        )
-
-    def start_background(
-        self,
-        state: dict[str, Any],
-        argv: list[str],
-        *,
-        cwd: str,
-        env: dict[str, str],
-        job_id: str,
-        timeout: float | None = None,
-    ) -> dict[str, Any]:
-        if self._agent_on():
-            try:
-                return self.agent_jobs.start_background(
-                    state, argv, cwd=cwd, env=env, job_id=job_id, timeout=timeout
-                )
-            except AgentUnavailable:
-                pass
-        return self.jobs.start_background(
-            state, argv, cwd=cwd, env=env, job_id=job_id, timeout=timeout
-        )
-
-    def poll_background(
-        self, state: dict[str, Any], job: dict[str, Any], tail_bytes: int
-    ) -> JobStatus:
-        return self.jobs.poll_background(state, job, tail_bytes)
-
-    def cancel_background(self, state: dict[str, Any], job: dict[str, Any]) -> None:
-        if self._agent_on():
-            try:
-                return self.agent_jobs.cancel_background(state, job)
-            except AgentUnavailable:
-                pass
-        self.jobs.cancel_background(state, job)
-
     # --- files -------------------------------------------------------------------------------
     def put_files(
         self, state: dict[str, Any], dest_dir: str, tar_stream: bytes | IO[bytes]
@@ -217,36 +117,15 @@ class DockerBackend(SandboxBackend):
     def get_files(self, state: dict[str, Any], path: str) -> Iterator[bytes]:
         return self.files.get_files(state, path)
 
-    def list_dir(self, state: dict[str, Any], path: str) -> list[FileEntry]:
-        if self._agent_on():
-            try:
-                return self.agents.list_dir(state, path)
-            except AgentUnavailable:
-                pass
-        return self.files.list_dir(state, path)
-
-    def manifest(
-        self, state: dict[str, Any], root: str, *, after: str | None, limit: int
-    ) -> ManifestPage:
-        return self.sync.manifest(state, root, after=after, limit=limit)
-
-    def delete_entries(self, state: dict[str, Any], root: str, paths: list[str]) -> int:
-        return self.sync.delete_entries(state, root, paths)
-
     def get_entries(self, state: dict[str, Any], root: str, paths: list[str]) -> Iterator[bytes]:
-        return self.sync.get_entries(state, root, paths)
+        return sync.get_entries(self.files, state, root, paths)
 
-    # --- ports -------------------------------------------------------------------------------
-    def open_port(self, state: dict[str, Any], port: int, timeout: float = 5.0) -> PortStream:
-        # Through the agent whatever the agent setting says: it is the one way into a
-        # sandbox without network that carries a byte stream both ways with flow control.
-        try:
-            return self.agents.open_port(state, port, timeout)
-        except AgentUnavailable as exc:
-            raise Unsupported(
-                f"previews need python3 in the sandbox's image (the sandbox agent carries "
-                f"them): {exc}"
-            ) from exc
+    def open_port_without_agent(
+        self, state: dict[str, Any], port: int, timeout: float, why: AgentUnavailable
+    ) -> PortStream:
+        raise Unsupported(
+            f"previews need python3 in the sandbox's image (the sandbox agent carries them): {why}"
+        )
 
     # --- host --------------------------------------------------------------------------------
     def probe(self) -> ProbeResult:

@@ -25,28 +25,21 @@ import time
 from collections.abc import Iterator
 from typing import IO, Any
 
-import docker.errors
-
 from hosts.backends import archives
-from hosts.backends.base import BackendError, FileEntry, HeadTailBuffer, SandboxGone
+from hosts.backends.base import BackendError, HeadTailBuffer
 from hosts.backends.docker.engine import Engine
-from hosts.backends.docker.exec import INTERNAL_TIMEOUT, Commands
-from hosts.backends.docker.names import (
-    SANDBOX_USER,
-    WORKSPACE,
-    container_ref,
-)
+from hosts.backends.docker.names import WORKSPACE, container_ref
+from hosts.backends.docker.plain import exit_code, open_exec
 from hosts.backends.docker.stream import Deadline, ExecStream
+from hosts.backends.fallback.commands import INTERNAL_TIMEOUT, PlainCommands
 
-_LISTING_CAP = 16 * 1024 * 1024
-_MISSING_EXIT = 44  # what _LIST and _TAR exit with for "no such path"
+_MISSING_EXIT = 44  # what _TAR exits with for "no such path"
 _DENIED_EXIT = 13  # what _TAR exits with when the sandbox user may not read the path
 _LINK_EXIT = 45  # what _PREPARE exits with for a link (or a file) where a directory goes
 _ARGS_BATCH = 64 * 1024  # bytes of paths per _PREPARE call, well under the kernel's limits
 # Our scripts' tools, whatever PATH the sandbox's environment sets.
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
 
-_LIST = archives.LIST
 _TAR = archives.TAR_CREATE
 
 # The checks before anything is written: DEST's components below /workspace, then each DIR
@@ -105,11 +98,11 @@ _CHECK_FAILED = 46  # what _EXTRACT exits with when DEST cannot be made or writt
 
 
 class Files:
-    """Uploads, downloads and listings, through `commands` and exec streams of their own."""
+    """Uploads and downloads, on exec streams of their own (checks through `plain`)."""
 
-    def __init__(self, engine: Engine, commands: Commands) -> None:
+    def __init__(self, engine: Engine, plain: PlainCommands) -> None:
         self.engine = engine
-        self.commands = commands
+        self.plain = plain
 
     def put_files(self, state: dict[str, Any], dest_dir: str, archive: bytes | IO[bytes]) -> None:
         """Unpack a tar archive into dest_dir, which must be /workspace or below.
@@ -137,11 +130,11 @@ class Files:
 
     def _prepare(self, state: dict[str, Any], dest_dir: str, batches: list[list[str]]) -> None:
         for batch in batches:
-            code, _, message = self.commands.internal(state, _PREPARE, dest_dir, *batch)
-            if code == _LINK_EXIT:
-                raise NotADirectoryError(message)
-            if code != 0:
-                raise BackendError(f"cannot create directory {dest_dir}: {message}")
+            done = self.plain.script(state, _PREPARE, "sandhub-prepare", dest_dir, *batch)
+            if done.exit_code == _LINK_EXIT:
+                raise NotADirectoryError(done.stderr)
+            if done.exit_code != 0:
+                raise BackendError(f"cannot create directory {dest_dir}: {done.stderr}")
 
     def _extract(
         self,
@@ -174,7 +167,7 @@ class Files:
             raise BackendError(f"writing files into {dest_dir} failed: {exc}") from exc
         finally:
             stream.close()
-        code = self.commands.exit_code(exec_id, True)
+        code = exit_code(self.engine, exec_id)
         output = said.getvalue().decode("utf-8", "replace").strip()
         status = _EXTRACT_STATUS.search(output)
         if code == 0 and status and status.group(1) == "0" and sent == planned.total:
@@ -211,36 +204,9 @@ class Files:
         return tar
 
     def _start(self, container: str, command: list[str], *, stdin: bool) -> tuple[str, ExecStream]:
-        api = self.engine.api()
-        with self.engine.errors("moving files"):
-            try:
-                exec_id = api.exec_create(
-                    container,
-                    command,
-                    stdout=True,
-                    stderr=True,
-                    stdin=stdin,
-                    tty=False,
-                    environment=_ENV,
-                    user=SANDBOX_USER,
-                    workdir="/",
-                )["Id"]
-            except docker.errors.NotFound as exc:
-                raise SandboxGone(f"sandbox container {container} no longer exists") from exc
-            except docker.errors.APIError as exc:
-                if exc.status_code == 409:
-                    raise BackendError(f"sandbox container {container} is not running") from exc
-                raise
-            return exec_id, ExecStream(api.exec_start(exec_id, socket=True))
-
-    def list_dir(self, state: dict[str, Any], path: str) -> list[FileEntry]:
-        code, listing, message = self.commands.internal(state, _LIST, path, cap=_LISTING_CAP)
-        if code == _MISSING_EXIT:
-            raise FileNotFoundError(path)
-        if code != 0 and not listing:
-            raise BackendError(f"cannot list {path}: {message}")
-        # Unreadable subdirectories make find exit 1 but still list the rest: keep what we got.
-        return archives.parse_listing(listing)
+        return open_exec(
+            self.engine, container, command, environment=_ENV, stdin=stdin, doing="moving files"
+        )
 
 
 class TarStream(Iterator[bytes]):
@@ -286,7 +252,7 @@ class TarStream(Iterator[bytes]):
         return None
 
     def _finish(self) -> None:
-        code = self._files.commands.exit_code(self._exec_id, True)
+        code = exit_code(self._files.engine, self._exec_id)
         message = self._errors.getvalue().decode("utf-8", "replace").strip()
         if code == 0 or (code == 1 and not message):  # 1: a file changed while it was read
             return

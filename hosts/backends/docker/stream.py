@@ -17,13 +17,11 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from hosts.backends.fallback.primitive import Deadline
+
 __all__ = ["Deadline", "ExecStream"]
 
 _READ_SIZE = 64 * 1024
-
-
-class Deadline(Exception):
-    """The caller's own deadline passed while the exec's stream was still open."""
 
 
 class ExecStream:

@@ -1,5 +1,6 @@
 """SshBackend: sandboxes on a remote Linux machine reached over SSH (settings.SANDHUB_BACKENDS
-"ssh"). It composes the pieces of this package, as DockerBackend composes its own:
+"ssh"). An AgentFirstBackend (agentfirst.py: agent or per-command path, chosen once for every
+kind) composed of the pieces of this package, as DockerBackend composes its own:
 
 - connection / pool: one persistent, pinned, TCP_NODELAY connection per host per process;
 - provision / layout: a directory per sandbox under the host's base directory, and its own
@@ -8,9 +9,8 @@
   do the rest, for every kind), run as the sandbox's
   user, for commands, files and background jobs; tar streams for uploads and downloads;
 - sync: a tree's manifest, deletions and a tar of chosen entries (the local client);
-- plain: where the login user has no usable python3 (the agent is unavailable), commands,
-  background jobs and listings over plain exec channels instead (setsid nohup jobs with an
-  exit-code file, Docker's per-command scripts); the agent is always tried first;
+- plain: an exec channel, the one primitive of the per-command path (fallback/) where the
+  login user has no usable python3 (the agent is unavailable);
 - ports: port streams (previews) without the agent: a direct-tcpip channel, on a host
   without per-sandbox users only;
 - hostprobe / hostkeys: load, GPUs and facts in one round trip; the host key for an admin.
@@ -21,41 +21,37 @@ the login user is the credential's username, its secret a password or a private 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from typing import IO, TYPE_CHECKING, Any, TypeVar
+from collections.abc import Iterable, Iterator
+from typing import IO, TYPE_CHECKING, Any
 
 from django.conf import settings
 
 from hosts.backends.agent.client import AgentUnavailable
 from hosts.backends.agent.jobs import AgentJobs
+from hosts.backends.agent.link import AgentLink
+from hosts.backends.agentfirst import AgentFirstBackend
 from hosts.backends.base import (
     BackendError,
-    ExecResult,
-    FileEntry,
     HostKey,
-    JobStatus,
     ManagedResource,
-    ManifestPage,
-    OutputCallback,
     PortStream,
     ProbeResult,
-    SandboxBackend,
     SandboxSpec,
     Unsupported,
 )
-from hosts.backends.ssh import hostkeys, hostprobe, layout, ports, provision
-from hosts.backends.ssh.agent import agent_link
+from hosts.backends.fallback.commands import PlainCommands
+from hosts.backends.fallback.jobs import PlainJobs
+from hosts.backends.ssh import hostkeys, hostprobe, layout, ports, provision, sync
+from hosts.backends.ssh.agent import MAX_AGENTS, SshAgentPlace
 from hosts.backends.ssh.connection import SshConnection, SshTarget
 from hosts.backends.ssh.hostprobe import HostFacts
-from hosts.backends.ssh.plain import PlainCommands
+from hosts.backends.ssh.plain import SshPlainExec
 from hosts.backends.ssh.pool import pool
-from hosts.backends.ssh.sync import SshTreeSync
 from hosts.backends.ssh.tarstreams import SshTars
 
 if TYPE_CHECKING:
     from hosts.models import Host
 
-T = TypeVar("T")
 DEFAULT_PORT = 22
 
 
@@ -100,18 +96,19 @@ def target_for(host: Host) -> SshTarget:
     )
 
 
-class SshBackend(SandboxBackend):
+class SshBackend(AgentFirstBackend):
     kind = "ssh"
 
     def __init__(self, host: Host) -> None:
         super().__init__(host)
         self.target = target_for(host)
         self.base_dir = host.base_dir or layout.DEFAULT_BASE_DIR
-        self.agents = agent_link(self.connection)
-        self.jobs = AgentJobs(self.agents)
+        self.place = SshAgentPlace(self.connection)
+        self.agents = AgentLink(self.place, max_agents=MAX_AGENTS)
+        self.agent_jobs = AgentJobs(self.agents)
+        self.plain = PlainCommands(SshPlainExec(self.connection), self.place)
+        self.plain_jobs = PlainJobs(self.plain)
         self.tars = SshTars(self.agents, self.connection)
-        self.plain = PlainCommands(self.connection)
-        self.sync = SshTreeSync(self.agents, self.plain, self.tars)
         self._facts: HostFacts | None = None
 
     def connection(self) -> SshConnection:
@@ -140,64 +137,17 @@ class SshBackend(SandboxBackend):
     def status(self, state: dict[str, Any]) -> str:
         return provision.status(self.connection(), state, base_dir=self.base_dir)
 
-    # --- commands ----------------------------------------------------------------------------
-    def exec(
-        self,
-        state: dict[str, Any],
-        argv: list[str],
-        *,
-        cwd: str,
-        env: dict[str, str],
-        timeout: float,
-        output_cap: int,
-        on_output: OutputCallback | None = None,
-        stdin: bytes | None = None,
-        once: bool = False,
-    ) -> ExecResult:
-        mapped = _mapped(state, argv)
-        options: dict[str, Any] = {
-            "cwd": cwd,
-            "env": env,
-            "timeout": timeout,
-            "output_cap": output_cap,
-            "on_output": on_output,
-            "stdin": stdin,
-        }
-        return _either(
-            lambda: self.agents.exec(state, mapped, **options),
-            lambda: self.plain.exec(state, mapped, **options),
-        )
-
-    def start_background(
-        self,
-        state: dict[str, Any],
-        argv: list[str],
-        *,
-        cwd: str,
-        env: dict[str, str],
-        job_id: str,
-        timeout: float | None = None,
-    ) -> dict[str, Any]:
-        options: dict[str, Any] = {"cwd": cwd, "env": env, "job_id": job_id, "timeout": timeout}
-        return _either(
-            lambda: self.jobs.start_background(state, argv, **options),
-            lambda: self.plain.start_background(state, argv, **options),
-        )
-
-    def poll_background(
-        self, state: dict[str, Any], job: dict[str, Any], tail_bytes: int
-    ) -> JobStatus:
-        # Either path reads a job either path started: the same files, the same scripts.
-        return _either(
-            lambda: self.jobs.poll_background(state, job, tail_bytes),
-            lambda: self.plain.poll_background(state, job, tail_bytes),
-        )
-
-    def cancel_background(self, state: dict[str, Any], job: dict[str, Any]) -> None:
-        _either(
-            lambda: self.jobs.cancel_background(state, job),
-            lambda: self.plain.cancel_background(state, job),
-        )
+    def command_argv(self, state: dict[str, Any], argv: list[str]) -> list[str]:
+        """Arguments that are /workspace paths, as the host has them: the services pass paths
+        as arguments of their own commands (read_file, say). /workspace does not exist on an
+        SSH host; inside a shell command line nothing is rewritten (commands use relative
+        paths, the working directory being the workspace, or $SANDHUB_WORKSPACE)."""
+        return [
+            layout.host_path(state, arg)
+            if arg == layout.WORKSPACE or arg.startswith(layout.WORKSPACE + "/")
+            else arg
+            for arg in argv
+        ]
 
     # --- files -------------------------------------------------------------------------------
     def put_files(
@@ -208,38 +158,22 @@ class SshBackend(SandboxBackend):
     def get_files(self, state: dict[str, Any], path: str) -> Iterator[bytes]:
         return self.tars.get_files(state, path)
 
-    def list_dir(self, state: dict[str, Any], path: str) -> list[FileEntry]:
-        return _either(
-            lambda: self.agents.list_dir(state, path),
-            lambda: self.plain.list_dir(state, path),
-        )
-
-    def manifest(
-        self, state: dict[str, Any], root: str, *, after: str | None, limit: int
-    ) -> ManifestPage:
-        return self.sync.manifest(state, root, after=after, limit=limit)
-
-    def delete_entries(self, state: dict[str, Any], root: str, paths: list[str]) -> int:
-        return self.sync.delete_entries(state, root, paths)
-
     def get_entries(self, state: dict[str, Any], root: str, paths: list[str]) -> Iterator[bytes]:
-        return self.sync.get_entries(state, root, paths)
+        return sync.get_entries(self.tars, state, root, paths)
 
     # --- ports -------------------------------------------------------------------------------
-    def open_port(self, state: dict[str, Any], port: int, timeout: float = 5.0) -> PortStream:
-        """Through the agent (it checks that the listener is the sandbox user's own); where
-        the agent cannot run, a direct-tcpip channel, but only on a host whose sandboxes
-        share the login user: with per-sandbox users, the port on the host's loopback may be
-        another team's sandbox's, and nothing but the agent can tell."""
-        try:
-            return self.agents.open_port(state, port, timeout)
-        except AgentUnavailable as exc:
-            if state.get("own_user") or self.facts().per_sandbox_users:
-                raise Unsupported(
-                    f"previews on {self.connection().target.where} need python3 on the host: "
-                    "its sandboxes have users of their own, and only the sandbox agent can "
-                    f"tell whose listener a port is ({exc})"
-                ) from exc
+    def open_port_without_agent(
+        self, state: dict[str, Any], port: int, timeout: float, why: AgentUnavailable
+    ) -> PortStream:
+        """A direct-tcpip channel, but only on a host whose sandboxes share the login user:
+        with per-sandbox users, the port on the host's loopback may be another team's
+        sandbox's, and nothing but the agent can tell."""
+        if state.get("own_user") or self.facts().per_sandbox_users:
+            raise Unsupported(
+                f"previews on {self.connection().target.where} need python3 on the host: "
+                "its sandboxes have users of their own, and only the sandbox agent can "
+                f"tell whose listener a port is ({why})"
+            )
         return ports.open_direct(self.connection(), port, timeout)
 
     # --- host --------------------------------------------------------------------------------
@@ -265,25 +199,3 @@ class SshBackend(SandboxBackend):
         address, port = parse_endpoint(self.host.endpoint)
         key = hostkeys.fetch_host_key(address, port)
         return HostKey(key_type=key.key_type, fingerprint=key.fingerprint)
-
-
-def _mapped(state: dict[str, Any], argv: list[str]) -> list[str]:
-    """Arguments that are /workspace paths, as the host has them: the services pass paths
-    as arguments of their own commands (read_file, say). /workspace does not exist on an SSH
-    host; inside a shell command line nothing is rewritten (commands use relative paths, the
-    working directory being the workspace, or $SANDHUB_WORKSPACE)."""
-    return [
-        layout.host_path(state, arg)
-        if arg == layout.WORKSPACE or arg.startswith(layout.WORKSPACE + "/")
-        else arg
-        for arg in argv
-    ]
-
-
-def _either(agent: Callable[[], T], plain: Callable[[], T]) -> T:
-    """agent(); where the agent cannot run (AgentUnavailable: no usable python3 for the
-    login user, remembered by the link for a while), plain() over plain exec channels."""
-    try:
-        return agent()
-    except AgentUnavailable:
-        return plain()
