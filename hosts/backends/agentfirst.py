@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from django.conf import settings
+from typing_extensions import Unpack
 
 from hosts.backends import syncscripts
 from hosts.backends.agent import synccalls
@@ -34,7 +35,6 @@ from hosts.backends.base import (
     FileEntry,
     JobStatus,
     ManifestPage,
-    OutputCallback,
     PortStream,
     SandboxBackend,
     Unsupported,
@@ -42,6 +42,7 @@ from hosts.backends.base import (
 from hosts.backends.fallback import commands as plain_commands
 from hosts.backends.fallback.commands import PlainCommands
 from hosts.backends.fallback.jobs import PlainJobs
+from hosts.backends.options import CommandOptions, JobOptions
 
 __all__ = ["AgentFirstBackend"]
 
@@ -81,41 +82,27 @@ class AgentFirstBackend(SandboxBackend):
         state: dict[str, Any],
         argv: list[str],
         *,
-        cwd: str,
-        env: dict[str, str],
-        timeout: float,
-        output_cap: int,
-        on_output: OutputCallback | None = None,
-        stdin: bytes | None = None,
         once: bool = False,
+        **options: Unpack[CommandOptions],
     ) -> ExecResult:
         argv = self.command_argv(state, argv)
-        options: dict[str, Any] = {"cwd": cwd, "env": env, "timeout": timeout}
-        options.update(output_cap=output_cap, on_output=on_output, stdin=stdin)
+        stdin = options.get("stdin")
         limit = self.plain.primitive.max_stdin
         if stdin is not None and limit is not None and len(stdin) > limit:
             return self.plain.exec(state, argv, **options)  # which refuses it, saying why
         if not once or self.agents.running(state):
             # Every byte live, as the per-command path streams it (the callers' pumps keep
             # what they show bounded), and the same caller's deadline.
-            live: dict[str, Any] = {"live_limit": LIVE_ALL, "grace": plain_commands.CLIENT_GRACE}
+            grace = plain_commands.CLIENT_GRACE
             return self._either(
-                lambda: self.agents.exec(state, argv, **options, **live),
+                lambda: self.agents.exec(state, argv, live_limit=LIVE_ALL, grace=grace, **options),
                 lambda: self.plain.exec(state, argv, **options),
             )
         return self.plain.exec(state, argv, **options)
 
     def start_background(
-        self,
-        state: dict[str, Any],
-        argv: list[str],
-        *,
-        cwd: str,
-        env: dict[str, str],
-        job_id: str,
-        timeout: float | None = None,
+        self, state: dict[str, Any], argv: list[str], **options: Unpack[JobOptions]
     ) -> dict[str, Any]:
-        options: dict[str, Any] = {"cwd": cwd, "env": env, "job_id": job_id, "timeout": timeout}
         return self._either(
             lambda: self.agent_jobs.start_background(state, argv, **options),
             lambda: self.plain_jobs.start_background(state, argv, **options),

@@ -235,6 +235,35 @@ fi
 [ -L "$3" ] || [ -r "$3" ] || { echo "permission denied: $1" >&2; exit 13; }
 exec tar -cf - --warning=no-file-changed -- "$3"
 """
+ARGS_BATCH = 64 * 1024  # bytes of paths per command line, well under the kernel's limits
+
+
+def tar_failure(path: str, code: int | None, message: str) -> Exception | None:
+    """What the end of a TAR_CREATE stream means: None when it read everything (exit 1 with
+    nothing said: a file changed while it was read), else the error to raise."""
+    if code == 0 or (code == 1 and not message):
+        return None
+    if code == MISSING_EXIT:
+        return FileNotFoundError(path)
+    if code == DENIED_EXIT:
+        return PermissionError()  # the path itself: nothing to add
+    if "Permission denied" in message:
+        return PermissionError(message)  # some of what is under it: tar's list
+    what = message or (f"tar exited with {code}" if code is not None else "the stream broke")
+    return BackendError(f"reading {path}: {what}")
+
+
+def batches(paths: list[str], limit: int = ARGS_BATCH) -> list[list[str]]:
+    """`paths` in batches of at most `limit` bytes of arguments each."""
+    out: list[list[str]] = []
+    size = limit
+    for path in paths:
+        if size + len(path) + 1 > limit:
+            out.append([])
+            size = 0
+        out[-1].append(path)
+        size += len(path) + 1
+    return out
 
 
 # Listings (the per-command paths: Docker, SSH hosts without python3): `sh -c LIST sandhub-ls

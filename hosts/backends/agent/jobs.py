@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import Unpack
+
 from hosts.backends.agent.link import AgentLink
 from hosts.backends.base import BackendError, JobStatus
 from hosts.backends.jobscripts import (
@@ -38,6 +40,7 @@ from hosts.backends.jobscripts import (
     poll_args,
     runner_args,
 )
+from hosts.backends.options import JobOptions
 
 __all__ = ["AgentJobs"]
 
@@ -49,16 +52,11 @@ class AgentJobs:
         self.link = link
 
     def start_background(
-        self,
-        state: dict[str, Any],
-        argv: list[str],
-        *,
-        cwd: str,
-        env: dict[str, str],
-        job_id: str,
-        timeout: float | None = None,
+        self, state: dict[str, Any], argv: list[str], **options: Unpack[JobOptions]
     ) -> dict[str, Any]:
         """Start argv detached (SandboxBackend.start_background); the job dict."""
+        job_id, timeout = options["job_id"], options.get("timeout")
+        cwd, env = options["cwd"], options["env"]
         check_job(argv, job_id, timeout)
         place = self.link.place
         directory = place.job_dir(state, job_id)

@@ -28,15 +28,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import IO, Any, Protocol, TypeVar
 
+from typing_extensions import Unpack
+
 from hosts.backends.agent.client import AgentBroken, AgentClient, AgentUnavailable, ExecCall
 from hosts.backends.base import (
     BackendError,
     ExecResult,
     FileEntry,
-    OutputCallback,
     PortStream,
     SandboxGone,
 )
+from hosts.backends.options import CommandOptions
 from hosts.backends.place import SandboxPlace
 
 __all__ = ["AgentLink", "AgentPlace", "AgentUnavailable", "Started"]
@@ -212,14 +214,9 @@ class AgentLink:
         state: dict[str, Any],
         argv: list[str],
         *,
-        cwd: str,
-        env: dict[str, str],
-        timeout: float,
-        output_cap: int,
-        on_output: OutputCallback | None = None,
-        stdin: bytes | None = None,
         live_limit: int | None = None,
         grace: float | None = None,
+        **options: Unpack[CommandOptions],
     ) -> ExecResult:
         """SandboxBackend.exec through the agent (never retried: the command may have run).
 
@@ -232,12 +229,12 @@ class AgentLink:
             try:
                 call = agent.client.start_exec(
                     argv,
-                    cwd=self.place.host_path(state, cwd),
-                    env=self.place.environment(state, env),
-                    timeout=timeout,
-                    output_cap=output_cap,
-                    on_output=on_output,
-                    stdin=stdin,
+                    cwd=self.place.host_path(state, options["cwd"]),
+                    env=self.place.environment(state, options["env"]),
+                    timeout=options["timeout"],
+                    output_cap=options["output_cap"],
+                    on_output=options.get("on_output"),
+                    stdin=options.get("stdin"),
                     live_limit=live_limit,
                     grace=grace,
                 )

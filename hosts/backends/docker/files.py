@@ -33,10 +33,7 @@ from hosts.backends.docker.plain import exit_code, open_exec
 from hosts.backends.docker.stream import Deadline, ExecStream
 from hosts.backends.fallback.commands import INTERNAL_TIMEOUT, PlainCommands
 
-_MISSING_EXIT = 44  # what _TAR exits with for "no such path"
-_DENIED_EXIT = 13  # what _TAR exits with when the sandbox user may not read the path
 _LINK_EXIT = 45  # what _PREPARE exits with for a link (or a file) where a directory goes
-_ARGS_BATCH = 64 * 1024  # bytes of paths per _PREPARE call, well under the kernel's limits
 # Our scripts' tools, whatever PATH the sandbox's environment sets.
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
 
@@ -119,7 +116,7 @@ class Files:
             raise BackendError(f"files can only be uploaded under {WORKSPACE}, not into {dest_dir}")
         source, planned, owned = archives.planned(archive)
         try:
-            batches = _batches(planned.directories)
+            batches = archives.batches(planned.directories)
             if len(batches) > 1:  # more than one command line holds: checked beforehand
                 self._prepare(state, dest_dir, batches)
                 batches = []
@@ -254,29 +251,10 @@ class TarStream(Iterator[bytes]):
     def _finish(self) -> None:
         code = exit_code(self._files.engine, self._exec_id)
         message = self._errors.getvalue().decode("utf-8", "replace").strip()
-        if code == 0 or (code == 1 and not message):  # 1: a file changed while it was read
-            return
-        if code == _MISSING_EXIT:
-            raise FileNotFoundError(self._path)
-        if code == _DENIED_EXIT:
-            raise PermissionError()  # the path itself: nothing to add
-        if "Permission denied" in message:
-            raise PermissionError(message)  # some of what is under it: tar's list
-        raise BackendError(f"reading {self._path}: {message or f'tar exited with {code}'}")
+        if (failure := archives.tar_failure(self._path, code, message)) is not None:
+            raise failure
 
     def close(self) -> None:
         self._done = True
         self._first = None
         self._stream.close()
-
-
-def _batches(paths: list[str]) -> list[list[str]]:
-    batches: list[list[str]] = []
-    size = _ARGS_BATCH
-    for path in paths:
-        if size + len(path) + 1 > _ARGS_BATCH:
-            batches.append([])
-            size = 0
-        batches[-1].append(path)
-        size += len(path) + 1
-    return batches

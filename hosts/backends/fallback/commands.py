@@ -19,13 +19,14 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
+from typing_extensions import Unpack
+
 from hosts.backends import archives, syncscripts
 from hosts.backends.base import (
     BackendError,
     ExecResult,
     FileEntry,
     HeadTailBuffer,
-    OutputCallback,
     SandboxGone,
     Unsupported,
 )
@@ -38,6 +39,7 @@ from hosts.backends.execscripts import (
     Notice,
 )
 from hosts.backends.fallback.primitive import CouldNotStart, Deadline, PlainExec
+from hosts.backends.options import CommandOptions
 from hosts.backends.place import SandboxPlace
 
 __all__ = ["INTERNAL_TIMEOUT", "MARKER_ENV", "PlainCommands", "ScriptResult"]
@@ -73,19 +75,12 @@ class PlainCommands:
         self.place = place
 
     def exec(
-        self,
-        state: dict[str, Any],
-        argv: list[str],
-        *,
-        cwd: str,
-        env: dict[str, str],
-        timeout: float,
-        output_cap: int,
-        on_output: OutputCallback | None = None,
-        stdin: bytes | None = None,
+        self, state: dict[str, Any], argv: list[str], **options: Unpack[CommandOptions]
     ) -> ExecResult:
         """SandboxBackend.exec, one process start. On timeout, exit_code is 124 (SIGTERM) or
         137 (SIGKILL) from `timeout`, or None when the caller's own deadline had to cut it."""
+        timeout, output_cap, stdin = options["timeout"], options["output_cap"], options.get("stdin")
+        on_output = options.get("on_output")
         if not argv:
             raise BackendError("empty command")
         if timeout <= 0:
@@ -97,7 +92,7 @@ class PlainCommands:
                 "commands without the sandbox agent; upload a file and redirect from it instead"
             )
         marker = uuid.uuid4().hex
-        wrapped = ["sh", "-c", WRAPPER, "sandhub-exec", self.place.host_path(state, cwd)]
+        wrapped = ["sh", "-c", WRAPPER, "sandhub-exec", self.place.host_path(state, options["cwd"])]
         wrapped += [f"{timeout:.3f}", f"{KILL_AFTER:g}", *argv]
         out, err = HeadTailBuffer(output_cap), HeadTailBuffer(output_cap)
         notice = Notice(marker)
@@ -111,7 +106,7 @@ class PlainCommands:
 
         started = time.monotonic()
         deadline = started + timeout + KILL_AFTER + CLIENT_GRACE
-        environment = {**env, MARKER_ENV: marker}
+        environment = {**options["env"], MARKER_ENV: marker}
         finished = True
         try:
             exit_code = self.primitive.run(

@@ -26,6 +26,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from typing_extensions import Unpack
+
 from hosts.backends.base import BackendError, JobStatus, SandboxGone
 from hosts.backends.fallback.commands import INTERNAL_TIMEOUT, PlainCommands
 from hosts.backends.jobscripts import (
@@ -41,6 +43,7 @@ from hosts.backends.jobscripts import (
     poll_args,
     runner_args,
 )
+from hosts.backends.options import JobOptions
 
 __all__ = ["PlainJobs"]
 
@@ -55,16 +58,11 @@ class PlainJobs:
         self.commands = commands
 
     def start_background(
-        self,
-        state: dict[str, Any],
-        argv: list[str],
-        *,
-        cwd: str,
-        env: dict[str, str],
-        job_id: str,
-        timeout: float | None = None,
+        self, state: dict[str, Any], argv: list[str], **options: Unpack[JobOptions]
     ) -> dict[str, Any]:
         """Start argv detached (SandboxBackend.start_background); the job dict."""
+        job_id, timeout = options["job_id"], options.get("timeout")
+        cwd, env = options["cwd"], options["env"]
         check_job(argv, job_id, timeout)
         place = self.commands.place
         directory = place.job_dir(state, job_id)

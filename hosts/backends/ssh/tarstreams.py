@@ -42,9 +42,7 @@ __all__ = ["SshTars", "TarStream"]
 
 TRANSFER_TIMEOUT = 60.0  # longest a transfer may stall (no byte either way)
 _MISSING_EXIT = 44  # what _TAR and _PREPARE exit with for "no such path"
-_DENIED_EXIT = 13  # what _TAR exits with when the sandbox user may not read the path
 _LINK_EXIT = 45  # what _PREPARE exits with for a link (or a file) where a directory goes
-_ARGS_BATCH = 64 * 1024  # bytes of paths per _PREPARE call, well under the kernel's limits
 
 _TAR = archives.TAR_CREATE
 
@@ -114,7 +112,7 @@ class SshTars:
     def _prepare(self, state: dict[str, Any], host_dest: str, directories: list[str]) -> None:
         if host_dest == state["workspace"] and not directories:
             return  # the workspace itself: tar -x says it if it is gone
-        for batch in _batches(directories) or [[]]:
+        for batch in archives.batches(directories) or [[]]:
             code, stderr = self._script(state, _PREPARE, str(state["workspace"]), host_dest, *batch)
             message = stderr.decode("utf-8", "replace").strip()
             if code == _LINK_EXIT:
@@ -248,16 +246,8 @@ class TarStream(Iterator[bytes]):
 
     def _finish(self, code: int | None) -> None:
         message = self._errors.getvalue().decode("utf-8", "replace").strip()
-        if code == 0 or (code == 1 and not message):  # 1: a file changed while it was read
-            return
-        if code == _MISSING_EXIT:
-            raise FileNotFoundError(self._path)
-        if code == _DENIED_EXIT:
-            raise PermissionError()  # the path itself: nothing to add
-        if "Permission denied" in message:
-            raise PermissionError(message)  # some of what is under it: tar's list
-        what = message or (f"tar exited with {code}" if code is not None else "the link broke")
-        raise BackendError(f"reading {self._path}: {what}")
+        if (failure := archives.tar_failure(self._path, code, message)) is not None:
+            raise failure
 
     def close(self) -> None:
         self._done = True
@@ -297,15 +287,3 @@ def _pump(
     except (OSError, EOFError, paramiko.SSHException) as exc:  # a timeout is an OSError
         raise BackendError(f"a file transfer broke: {exc}") from exc
     return not finished
-
-
-def _batches(paths: list[str]) -> list[list[str]]:
-    batches: list[list[str]] = []
-    size = _ARGS_BATCH
-    for path in paths:
-        if size + len(path) + 1 > _ARGS_BATCH:
-            batches.append([])
-            size = 0
-        batches[-1].append(path)
-        size += len(path) + 1
-    return batches
