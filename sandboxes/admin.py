@@ -13,7 +13,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
 
-from hosts.admin_actions import apply_each
+from hosts.admin.actions import apply_each
 from sandboxes import services
 from sandboxes.errors import InvalidInput
 from sandboxes.models import (

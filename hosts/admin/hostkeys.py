@@ -10,7 +10,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
-from hosts.admin_actions import apply_each
+from hosts.admin.actions import apply_each
 from hosts.models import Host
 from sandboxes import services
 from sandboxes.results import HostKeyInfo

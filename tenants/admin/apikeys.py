@@ -15,7 +15,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from tenants import apikeys, services
-from tenants.admin_base import admin_principal, call_service
+from tenants.admin.base import admin_principal, call_service
 from tenants.errors import ServiceError
 from tenants.models import ApiKey, ApiKeyScope
 

@@ -9,7 +9,6 @@ from typing import TypeVar
 from django.contrib import admin, messages
 from django.http import HttpRequest
 
-from hosts.backends.base import BackendError
 from sandboxes.errors import ServiceError
 
 logger = logging.getLogger(__name__)
@@ -32,9 +31,9 @@ def apply_each(
     for obj in objects:
         try:
             done.append(call(obj))
-        except (ServiceError, BackendError) as exc:
+        except ServiceError as exc:  # the services map backend failures to these
             failed.append(f"{obj}: {exc}")
-        except Exception as exc:  # a backend bug: log the trace, still report the rest
+        except Exception as exc:  # a bug: log the trace, still report the rest
             logger.exception("admin action on %r failed", obj)
             failed.append(f"{obj}: unexpected {type(exc).__name__}: {exc}")
     if done:

@@ -13,8 +13,8 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.decorators import method_decorator
 from django.views.decorators.debug import sensitive_post_parameters
 
-from hosts.admin_actions import apply_each
-from hosts.admin_hostkeys import confirm_host_keys, fetch_host_keys
+from hosts.admin.actions import apply_each
+from hosts.admin.hostkeys import confirm_host_keys, fetch_host_keys
 from hosts.models import Credential, Host, Image
 from sandboxes import services
 from sandboxes.models import LIVE_STATUSES

@@ -1,7 +1,7 @@
 """What every app's admin shares: the acting principal, read-only history, JSON display, and
 calling a service from an admin hook.
 
-In its own module so tenants' admin modules (admin.py, admin_apikeys.py) use it without
+In its own module so tenants' admin modules (__init__.py, apikeys.py) use it without
 importing each other; tenants.admin re-exports it for the other apps' admins.
 """
 

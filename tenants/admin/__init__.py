@@ -14,7 +14,7 @@ from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 
 from tenants import services
-from tenants.admin_base import (  # re-exported: the other apps' admins import them from here
+from tenants.admin.base import (  # re-exported: the other apps' admins import them from here
     ReadOnlyAdminMixin,
     admin_principal,
     call_service,
@@ -231,4 +231,4 @@ class AuditLogAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 # --- API keys --------------------------------------------------------------------------------
 # ApiKeyAdmin (list, create showing the key once, revoke) lives in its own module and
 # registers itself on import.
-from tenants import admin_apikeys  # noqa: E402, F401
+from tenants.admin import apikeys  # noqa: E402, F401
