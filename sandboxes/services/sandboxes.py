@@ -9,7 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from hosts.backends.base import BackendError, SandboxGone, SandboxSpec
-from hosts.backends.ssh.probes import gpu_environment
+from hosts.backends.gpus import gpu_environment
 from hosts.models import Image
 from sandboxes import access, placement, validation
 from sandboxes.access import READ, WRITE

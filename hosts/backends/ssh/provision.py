@@ -25,11 +25,11 @@ import re
 from typing import Any
 
 from hosts.backends.base import BackendError, SandboxGone, SandboxSpec
+from hosts.backends.gpus import gpu_environment
 from hosts.backends.ssh import layout
 from hosts.backends.ssh.connection import RunResult, SshConnection
 from hosts.backends.ssh.errors import SshError
 from hosts.backends.ssh.hostprobe import HostFacts
-from hosts.backends.ssh.probes import gpu_environment
 
 __all__ = ["destroy", "ensure_present", "provision", "status"]
 
