@@ -111,7 +111,7 @@ def main() -> None:
     from django.conf import settings
 
     from sandboxes import services
-    from sandboxes.results import UploadFile
+    from sandboxes.contract.results import UploadFile
 
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
     principal = bench_principal(channel="mcp")

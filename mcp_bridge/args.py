@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from django.conf import settings
 from pydantic import BaseModel, ConfigDict, Field
 
-from sandboxes.validation import MAX_COMMAND_CHARS, WORKSPACE
+from sandboxes.policy.validation import MAX_COMMAND_CHARS, WORKSPACE
 
 # Inline file content (text, or base64 of binary) per file. Over HTTP the MCP SDK refuses a
 # request body over 4 MiB anyway; larger files go through the REST API, which streams.

@@ -11,7 +11,7 @@ from mcp_bridge import identity
 from mcp_bridge.runtime import read
 from mcp_bridge.schemas import CommandLog, sandbox
 from sandboxes import services
-from sandboxes.shapes import render
+from sandboxes.contract.shapes import render
 
 LOG_COMMANDS = 20
 TAIL_CHARS = 2000

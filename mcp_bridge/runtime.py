@@ -33,7 +33,7 @@ from fastmcp import Context
 from fastmcp.exceptions import ResourceError, ToolError
 from mcp.shared.exceptions import MCPDeprecationWarning
 
-from sandboxes.errors import ServiceError
+from sandboxes.contract.errors import ServiceError
 
 T = TypeVar("T")
 logger = logging.getLogger("sandhub.mcp")

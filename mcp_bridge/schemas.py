@@ -1,7 +1,7 @@
 """Structured tool output: what an agent gets back.
 
-Each shape is a view of a service result (sandboxes.results, sandboxes.shapes): the fields,
-types and descriptions come from the result; here only the choice of fields, MCP's own names
+Each shape is a view of a service result (sandboxes.contract.results and .shapes): the
+fields, types and descriptions come from the result; here only the choice of fields, MCP's own names
 (command_id / task_id for a command's id) and MCP's own fields (selected, download_url, the
 encoded content) are declared.
 """
@@ -14,8 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from sandboxes import results
-from sandboxes.shapes import Shape, render
+from sandboxes.contract import results
+from sandboxes.contract.shapes import Shape, render
 
 Encoding = Literal["auto", "text", "base64"]
 DOWNLOAD_URL = "HTTP download of the whole file (Bearer key or a signed-in browser)"

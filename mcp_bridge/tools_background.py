@@ -20,8 +20,8 @@ from mcp_bridge.args import Command, Cwd, Env, SandboxId
 from mcp_bridge.runtime import call
 from mcp_bridge.schemas import BackgroundStarted, BackgroundStatus
 from sandboxes import services
-from sandboxes.errors import NotFound
-from sandboxes.validation import WORKSPACE
+from sandboxes.contract.errors import NotFound
+from sandboxes.policy.validation import WORKSPACE
 
 STARTS = ToolAnnotations(readOnlyHint=False, destructiveHint=False, openWorldHint=False)
 LOOKS = ToolAnnotations(readOnlyHint=True, openWorldHint=False)

@@ -25,9 +25,9 @@ from mcp_bridge.schemas import Command as CommandOut
 from mcp_bridge.schemas import RunOnce, TestReport
 from mcp_bridge.tools_files import to_uploads
 from sandboxes import services
-from sandboxes.results import CommandResult
+from sandboxes.contract.results import CommandResult
+from sandboxes.policy.validation import WORKSPACE
 from sandboxes.services import workflows
-from sandboxes.validation import WORKSPACE
 
 RUNS = ToolAnnotations(readOnlyHint=False, destructiveHint=False, openWorldHint=False)
 TAIL_CHARS = 2000

@@ -25,9 +25,9 @@ from mcp_bridge.schemas import (
     file_chunk,
 )
 from sandboxes import services
-from sandboxes.errors import InvalidInput
-from sandboxes.results import UploadFile
-from sandboxes.validation import WORKSPACE
+from sandboxes.contract.errors import InvalidInput
+from sandboxes.contract.results import UploadFile
+from sandboxes.policy.validation import WORKSPACE
 
 READ_ONLY = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
 WRITES = ToolAnnotations(readOnlyHint=False, destructiveHint=True, openWorldHint=False)

@@ -17,9 +17,10 @@ from mcp_bridge import identity
 from mcp_bridge.args import Command, Cwd, Env, FileIn, SandboxId
 from mcp_bridge.runtime import call, call_long
 from mcp_bridge.tools_files import to_uploads
-from sandboxes import results, services
-from sandboxes.shapes import Shape, render
-from sandboxes.validation import WORKSPACE
+from sandboxes import services
+from sandboxes.contract import results
+from sandboxes.contract.shapes import Shape, render
+from sandboxes.policy.validation import WORKSPACE
 
 STARTS = ToolAnnotations(readOnlyHint=False, destructiveHint=False, openWorldHint=False)
 # Opening a preview changes what is reachable, and hands out a token: not read-only.

@@ -15,7 +15,7 @@ from django.utils.html import format_html
 
 from hosts.admin.actions import apply_each
 from sandboxes import services
-from sandboxes.errors import InvalidInput
+from sandboxes.contract.errors import InvalidInput
 from sandboxes.models import (
     CommandExecution,
     CommandStatus,

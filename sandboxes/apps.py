@@ -8,7 +8,7 @@ class SandboxesConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import post_migrate
 
-        from sandboxes.schedules import on_post_migrate
+        from sandboxes.housekeeping.schedules import on_post_migrate
 
         # The lifecycle schedules (sweep, probes, reconciliation, warm pool) after every migrate.
         post_migrate.connect(on_post_migrate, sender=self, dispatch_uid="sandhub-schedules")

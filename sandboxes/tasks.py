@@ -1,5 +1,5 @@
 """django-q2 tasks. Each is a thin call into sandboxes.services as the system; the schedules
-that run the lifecycle ones are created on migrate (sandboxes/schedules.py).
+that run the lifecycle ones are created on migrate (sandboxes/housekeeping/schedules.py).
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def supervise_background(command_id: int, token: str | None = None) -> str:
       lease is free like that. It runs when each worker process starts (django-q2's post_spawn
       signal, see apps.py), so a worker killed with SIGKILL and restarted, or reincarnated by
       the cluster, takes its commands back within seconds; and every minute as the schedule
-      sandhub.recover_background (created on migrate, sandboxes/schedules.py), for
+      sandhub.recover_background (created on migrate, sandboxes/housekeeping/schedules.py), for
       supervisors lost any other way (a failed task, a worker on another machine). A command
       with no lease yet waits QUEUED_LEASE_SECONDS for the supervisor start_background queued
       (as does one whose queued supervisor waits for a busy worker) before it is recovered.

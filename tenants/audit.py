@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tenants.models import AuditLog
+from tenants.models import AuditKind, AuditLog
 
 if TYPE_CHECKING:
     from tenants.principal import Principal
@@ -18,12 +18,14 @@ def record(
     target_id: str = "",
     outcome: str = "ok",
     details: dict[str, Any] | None = None,
+    kind: str = AuditKind.CHANGE,
 ) -> AuditLog:
     return AuditLog.objects.create(
         actor=principal.user if principal.user and principal.user.pk else None,
         team=principal.team,
         channel=principal.channel,
         action=action,
+        kind=kind,
         target_type=target_type,
         target_id=target_id,
         source_address=principal.source_address,

@@ -1,9 +1,21 @@
-"""One AuditLog row per service call, success or failure, written by a decorator.
+"""The audit rows of service calls, written by a decorator: what changed, what was read, and
+every refusal.
 
-The service body fills in the target, the team and the details as it learns them (through
-`current()`); the row is written after the call, outside any transaction the body rolled
-back, so a refused or failed call is still on record. A caller's own enclosing transaction
-is the caller's business: if it rolls back, the row goes with it.
+Each service says what kind of action it is (AuditKind):
+- a change is audited in the same transaction as the change: with `atomic=True` the whole
+  service body and its row are one transaction (for services that only write rows); a
+  service that waits on a sandbox or a host meanwhile (a command, a provision) makes its
+  last state change inside `with change():`, which writes the row in that transaction. Either
+  way there is no change without its row and no row for a change that was rolled back;
+- a read of data out of a sandbox (a download, a file link opened, a preview opened) is
+  audited after the call;
+- a view of metadata (a listing, a sandbox's or command's details) is audited only when the
+  principal's team asks for it (Team.audit_views): on every page view, such rows would bury
+  the changes an auditor looks for.
+A refused or failed call of any kind is always on record: its row is written after the call,
+outside any transaction the body rolled back. The service body fills in the target, the team
+and the details as it learns them (through `current()`). A caller's own enclosing
+transaction is the caller's business: if it rolls back, the row goes with it.
 
 Generic on purpose: it knows only the Principal, tenants.errors and tenants.audit, so every
 layer's services can use it.
@@ -11,17 +23,23 @@ layer's services can use it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
+from django.db import transaction
+
 from tenants import audit
 from tenants.errors import ServiceError
-from tenants.models import Team
+from tenants.models import AuditKind, Team
 from tenants.principal import Principal
+
+# What services pass as `kind`: a view of metadata, a read of data (a change is the default).
+AUDIT_VIEW, AUDIT_READ = AuditKind.VIEW, AuditKind.READ
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -34,12 +52,16 @@ _EXTRA_DETAILS = ("api_key", "via")
 @dataclass
 class AuditDraft:
     action: str
+    kind: str = AuditKind.CHANGE
     target_type: str = ""
     target_id: str = ""
     details: dict[str, Any] = field(default_factory=dict)
     # The team the row is filed under when it is not the principal's own (a platform admin
     # acting on some team, a user revoking his key in another team).
     team: Team | None = None
+    principal: Principal | None = None
+    written: bool = False  # the ok row is in (inside the change's transaction)
+    steps: int = 0  # unaudited steps running: their changes are not the action's last one
 
     def target(self, target_type: str, target_id: Any) -> None:
         self.target_type, self.target_id = target_type, str(target_id)
@@ -55,6 +77,20 @@ def current() -> AuditDraft:
     return draft
 
 
+@contextlib.contextmanager
+def change() -> Iterator[AuditDraft]:
+    """The service's state change and its audit row, in one transaction: the block makes the
+    change, the row is written before the transaction commits. Outside an audited service (a
+    service called unaudited from another) it is just a transaction."""
+    draft = _current.get()
+    with transaction.atomic():
+        yield current()
+        if draft is not None and draft.principal is not None and not draft.written:
+            if not draft.steps:  # a step's change is not the whole action: its row waits
+                _write(draft.principal, draft, "ok", "")
+                draft.written = True
+
+
 def _clean(value: Any) -> Any:
     """PostgreSQL's jsonb refuses NUL characters; keep everything else as is."""
     if isinstance(value, str):
@@ -66,16 +102,27 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def audited(action: str, target_type: str = "") -> Callable[[Callable[P, R]], Callable[P, R]]:
+def audited(
+    action: str, target_type: str = "", *, kind: str = AuditKind.CHANGE, atomic: bool = False
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Audit the service: `kind` as above; `atomic`: the body and its row in one transaction
+    (a change that only writes rows). The undecorated function stays reachable as
+    `.unaudited`, for a service that calls another as part of its own audited action."""
+    assert not atomic or kind == AuditKind.CHANGE, "only a change has a transaction to share"
+
     def decorate(function: Callable[P, R]) -> Callable[P, R]:
         @functools.wraps(function)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
             principal = args[0]
             assert isinstance(principal, Principal), "services take the principal first"
-            draft = AuditDraft(action=action, target_type=target_type)
+            draft = AuditDraft(action, kind, target_type, principal=principal)
             token = _current.set(draft)
             try:
-                result = function(*args, **kwargs)
+                if atomic:
+                    with change():
+                        result = function(*args, **kwargs)
+                else:
+                    result = function(*args, **kwargs)
             except ServiceError as exc:
                 _write(principal, draft, exc.code, exc.message)
                 raise
@@ -84,12 +131,44 @@ def audited(action: str, target_type: str = "") -> Callable[[Callable[P, R]], Ca
                 raise
             finally:
                 _current.reset(token)
-            _write(principal, draft, "ok", "")
+            if not draft.written and _wanted(principal, draft):
+                _write(principal, draft, "ok", "")
             return result
 
+        wrapper.unaudited = function  # type: ignore[attr-defined]
         return wrapper
 
     return decorate
+
+
+def unaudited(service: Callable[P, R]) -> Callable[P, R]:
+    """An audited service's own body, without its row: for a service that runs another as a
+    step of its own audited action (a workflow, a deploy), whose row covers the step and
+    whose draft the step fills in. The step's own `change()` is then only a transaction: the
+    action's row is written with the action's last change, or after it."""
+    body: Callable[P, R] = service.unaudited  # type: ignore[attr-defined]
+
+    @functools.wraps(body)
+    def step(*args: P.args, **kwargs: P.kwargs) -> R:
+        draft = _current.get()
+        if draft is not None:
+            draft.steps += 1
+        try:
+            return body(*args, **kwargs)
+        finally:
+            if draft is not None:
+                draft.steps -= 1
+
+    return step
+
+
+def _wanted(principal: Principal, draft: AuditDraft) -> bool:
+    """Whether a successful call leaves a row: always, but for views of metadata, which are
+    kept only for a team that asks (the team the row would be filed under)."""
+    if draft.kind != AuditKind.VIEW:
+        return True
+    team = draft.team or principal.team
+    return bool(team is not None and team.audit_views)
 
 
 def _write(principal: Principal, draft: AuditDraft, outcome: str, error: str) -> None:
@@ -108,4 +187,5 @@ def _write(principal: Principal, draft: AuditDraft, outcome: str, error: str) ->
         target_id=draft.target_id[:64],
         outcome=outcome,
         details=_clean(details),
+        kind=draft.kind,
     )

@@ -94,6 +94,12 @@ class Team(models.Model):
         help_text="Whether the team's owners and admins may open a preview to anyone with "
         "its address (no sign-in, no token).",
     )
+    audit_views = models.BooleanField(
+        default=False,
+        help_text="Also audit listings and views of metadata (sandboxes, commands, hosts, "
+        "keys, members, files listed). Changes, reads of data (downloads, file links, "
+        "previews) and refusals are always audited.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -139,8 +145,17 @@ class AuditLogQuerySet(models.QuerySet):
         raise PermissionError("the audit log is append-only")
 
 
+class AuditKind(models.TextChoices):
+    """What an audited action did: changed state, read data out of a sandbox, or only viewed
+    metadata (audited when the team's audit_views is on, or when it was refused)."""
+
+    CHANGE = "change", "Change"
+    READ = "read", "Read of data"
+    VIEW = "view", "View"
+
+
 class AuditLog(models.Model):
-    """One row per action on any channel. Written only by tenants.audit.record()."""
+    """One row per audited action on any channel. Written only by tenants.audit.record()."""
 
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
@@ -148,6 +163,9 @@ class AuditLog(models.Model):
     team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.SET_NULL)
     channel = models.CharField(max_length=10, choices=Channel.choices)
     action = models.CharField(max_length=64)
+    kind = models.CharField(
+        max_length=8, choices=AuditKind.choices, default=AuditKind.CHANGE, db_index=True
+    )
     target_type = models.CharField(max_length=64, blank=True)
     target_id = models.CharField(max_length=64, blank=True)
     source_address = models.GenericIPAddressField(null=True, blank=True)

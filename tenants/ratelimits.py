@@ -281,8 +281,8 @@ def rate_limited(action: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Decorates a creating service, above its `audited`: a call over the limit is refused
     before the service's own audit row (check_creation writes the summary).
 
-    `__wrapped__` (what workflows call to run a service inside their own audited call) is
-    the service's body with the check, so a workflow's creations count too.
+    `unaudited` (what workflows call to run a service inside their own audited call) is the
+    service's body with the check, so a workflow's creations count too.
     """
 
     def decorate(service: Callable[P, R]) -> Callable[P, R]:
@@ -297,9 +297,9 @@ def rate_limited(action: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
             return wrapper
 
         outer = checked(service)
-        body = getattr(service, "__wrapped__", None)
+        body = getattr(service, "unaudited", None)
         if body is not None:
-            outer.__wrapped__ = checked(body)  # type: ignore[attr-defined]
+            outer.unaudited = checked(body)  # type: ignore[attr-defined]
         return outer
 
     return decorate

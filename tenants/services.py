@@ -41,7 +41,7 @@ MANAGER_ROLES = frozenset({Role.OWNER, Role.ADMIN})
 
 # Limited per key or user and per address (tenants/ratelimits.py), platform admins aside.
 @ratelimits.rate_limited("apikey.create")
-@audited("apikey.create", "apikey")
+@audited("apikey.create", "apikey", atomic=True)
 def create_api_key(
     principal: Principal,
     user: Any,
@@ -65,7 +65,7 @@ def create_api_key(
     return new.key, new.plaintext
 
 
-@audited("apikey.revoke", "apikey")
+@audited("apikey.revoke", "apikey", atomic=True)
 def revoke_api_key(principal: Principal, key: ApiKey) -> ApiKey:
     """Revoke the key for good (a revoked key is never brought back). Revoking a revoked key
     changes nothing and is not an error."""
@@ -85,7 +85,7 @@ def revoke_api_key(principal: Principal, key: ApiKey) -> ApiKey:
     return key
 
 
-@audited("apikey.update", "apikey")
+@audited("apikey.update", "apikey", atomic=True)
 def update_api_key(
     principal: Principal, key: ApiKey, name: str, expires_at: datetime | None
 ) -> ApiKey:
@@ -112,7 +112,7 @@ def update_api_key(
     return key
 
 
-@audited("apikey.delete", "apikey")
+@audited("apikey.delete", "apikey", atomic=True)
 def delete_api_key(principal: Principal, key: ApiKey) -> None:
     """Remove the key's row, and with it its history: platform admins only."""
     _key_draft(key)
@@ -148,7 +148,7 @@ def _plain(value: Any) -> Any:
 # --- memberships -----------------------------------------------------------------------------
 
 
-@audited("membership.add", "membership")
+@audited("membership.add", "membership", atomic=True)
 def add_member(principal: Principal, team: Team, user: Any, role: str = Role.MEMBER) -> Membership:
     """Make `user` a member of `team` with `role`."""
     _membership_draft(team, user)
@@ -169,7 +169,7 @@ def add_member(principal: Principal, team: Team, user: Any, role: str = Role.MEM
         raise conflict from exc
 
 
-@audited("membership.change_role", "membership")
+@audited("membership.change_role", "membership", atomic=True)
 def change_role(principal: Principal, membership: Membership, role: str) -> Membership:
     """Give the member another role. The row is read afresh: `membership.role` may already
     hold the new value (a bound admin form), so it is not trusted as the previous one."""
@@ -195,7 +195,7 @@ def change_role(principal: Principal, membership: Membership, role: str) -> Memb
     return row
 
 
-@audited("membership.remove", "membership")
+@audited("membership.remove", "membership", atomic=True)
 def remove_member(principal: Principal, membership: Membership) -> None:
     """End the membership. The user's API keys for the team stop working at once (they are
     checked against the membership on every request) and work again if he is added back."""

@@ -17,7 +17,7 @@ from django.core.management import CommandError, call_command
 from hosts.backends import reset_backends
 from hosts.models import Credential, Host
 from sandboxes import services
-from sandboxes.errors import PermissionDenied
+from sandboxes.contract.errors import PermissionDenied
 from sandboxes.models import Sandbox
 from tenants.models import AuditLog
 from tests.sshd import Sshd, keygen_fingerprint

@@ -10,7 +10,7 @@ from django.test import Client
 
 from hosts.models import Credential, Host
 from sandboxes import services
-from sandboxes.errors import PermissionDenied
+from sandboxes.contract.errors import PermissionDenied
 from tenants.models import AuditLog
 from tests.test_admin import action, staff_client, superuser, url  # noqa: F401
 

@@ -30,7 +30,7 @@ from hosts.backends.base import BackendError, ExecResult, SandboxGone
 from hosts.backends.docker import DockerBackend
 from hosts.backends.docker.agent import agent_link
 from hosts.backends.docker.names import SANDBOX_USER, container_ref
-from sandboxes.limits import DEFAULT_PIDS_LIMIT
+from sandboxes.policy.limits import DEFAULT_PIDS_LIMIT
 from tests.test_docker_backend import (
     ENDPOINT,
     IMAGE,

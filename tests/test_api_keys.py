@@ -65,7 +65,7 @@ def test_revoked_expired_inactive_and_removed_members_are_refused(alice, team_a,
 
 
 def test_principal_carries_the_key_scopes_and_role_stays_the_users(victor, team_a):
-    from sandboxes import access
+    from sandboxes.policy import access
 
     key = apikeys.create_key(victor, team_a, scopes="admin").key
     principal = apikeys.principal_for(key, Channel.MCP, "127.0.0.1")

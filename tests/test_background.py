@@ -18,7 +18,7 @@ from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 
 from sandboxes import services, tasks
-from sandboxes.errors import InvalidInput, NotFound, PermissionDenied, QuotaExceeded
+from sandboxes.contract.errors import InvalidInput, NotFound, PermissionDenied, QuotaExceeded
 from sandboxes.models import CommandExecution, Sandbox
 from sandboxes.services import jobs
 from tenants.models import AuditLog

@@ -14,7 +14,7 @@ import docker
 import pytest
 
 from sandboxes import services
-from sandboxes.errors import NotFound, PermissionDenied
+from sandboxes.contract.errors import NotFound, PermissionDenied
 from sandboxes.models import CommandExecution, Sandbox
 from tests.qcluster import qcluster  # noqa: F401  (fixture)
 from tests.test_background import audit_actions, final_row, wait_for

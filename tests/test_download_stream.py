@@ -14,7 +14,7 @@ from rest_framework.test import APIClient, APIRequestFactory
 
 from sandboxes import services
 from sandboxes.api.files import DownloadView
-from sandboxes.streaming import DownloadStream as ChunkStream
+from sandboxes.http.streaming import DownloadStream as ChunkStream
 from tenants import apikeys
 from tests.fakes import FakeBackend
 

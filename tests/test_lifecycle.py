@@ -19,8 +19,9 @@ from django_q.models import Schedule
 from hosts.backends import get_backend
 from hosts.backends.base import LABEL_INSTANCE, SandboxSpec
 from hosts.models import Host
-from sandboxes import schedules, services, tasks
-from sandboxes.errors import NoCapacity, PermissionDenied
+from sandboxes import services, tasks
+from sandboxes.contract.errors import NoCapacity, PermissionDenied
+from sandboxes.housekeeping import schedules
 from sandboxes.models import CommandExecution, CommandStatus, Sandbox
 from tenants.models import AuditLog, Channel
 from tenants.principal import Principal

@@ -23,9 +23,10 @@ from django_q.scheduler import scheduler
 from hosts.backends import reset_backends
 from hosts.backends.base import LABEL_INSTANCE
 from hosts.models import Host
-from sandboxes import placement, services, tasks
-from sandboxes.errors import NoCapacity
+from sandboxes import services, tasks
+from sandboxes.contract.errors import NoCapacity
 from sandboxes.models import CommandExecution, CommandStatus, Sandbox
+from sandboxes.policy import placement
 from tenants.models import AuditLog, Channel
 from tests.engine import engine_cleaning_up
 from tests.qcluster import qcluster  # noqa: F401  (fixture)

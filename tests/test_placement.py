@@ -9,9 +9,10 @@ import pytest
 from hosts.backends import reset_backends
 from hosts.backends.ssh.probes import GpuUse
 from hosts.models import Host
-from sandboxes import placement, services
-from sandboxes.errors import InvalidInput, NoCapacity
+from sandboxes import services
+from sandboxes.contract.errors import InvalidInput, NoCapacity
 from sandboxes.models import Sandbox
+from sandboxes.policy import placement
 
 PINNED = "SHA256:" + "A" * 43
 

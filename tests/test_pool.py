@@ -17,7 +17,7 @@ from django.db import connection
 
 from hosts.backends.base import LABEL_INSTANCE, LABEL_POOL
 from sandboxes import services, tasks
-from sandboxes.errors import QuotaExceeded
+from sandboxes.contract.errors import QuotaExceeded
 from sandboxes.housekeeping import pool
 from sandboxes.models import Sandbox, WarmContainer
 from tenants.models import AuditLog

@@ -11,7 +11,8 @@ from django.db import connection, connections
 from django.db.models import Model
 from django.test.utils import CaptureQueriesContext
 
-from sandboxes import access, services
+from sandboxes import services
+from sandboxes.policy import access
 from tenants import apikeys
 from tenants.models import ApiKey, Membership, Role
 from tenants.prepared import PreparedRead

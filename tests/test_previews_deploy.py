@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from sandboxes import services
-from sandboxes.errors import Conflict, InvalidInput, NotFound
+from sandboxes.contract.errors import Conflict, InvalidInput, NotFound
 from sandboxes.models import CommandExecution, Preview
 from tenants.models import AuditLog
 from tests import test_previews_services as base

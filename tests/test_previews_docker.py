@@ -25,8 +25,8 @@ from fastmcp.exceptions import ToolError
 from websockets.sync.client import connect as ws_connect
 
 from sandboxes import services
+from sandboxes.contract.results import UploadFile
 from sandboxes.models import Preview, Sandbox
-from sandboxes.results import UploadFile
 from sandboxes.services import previews_tokens
 from tests import mcp_fixtures as fx
 from tests.mcp_fixtures import World, run

@@ -18,7 +18,7 @@ from rest_framework.test import APIClient
 
 from hosts.backends import reset_backends
 from sandboxes import services
-from sandboxes.errors import BackendFailure
+from sandboxes.contract.errors import BackendFailure
 from sandboxes.models import CommandExecution, Preview
 from tenants.principal import Principal
 from tests import mcp_fixtures as fx

@@ -16,7 +16,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from sandboxes import services
-from sandboxes.errors import (
+from sandboxes.contract.errors import (
     BackendFailure,
     InvalidInput,
     NotFound,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from sandboxes import services
-from sandboxes.errors import (
+from sandboxes.contract.errors import (
     BackendFailure,
     Conflict,
     InvalidInput,
@@ -14,8 +14,8 @@ from sandboxes.errors import (
     PermissionDenied,
     QuotaExceeded,
 )
+from sandboxes.contract.results import UploadFile
 from sandboxes.models import CommandExecution, InvalidTransition, Sandbox, SandboxStatus
-from sandboxes.results import UploadFile
 from tenants.models import AuditLog, Membership, Role
 
 pytestmark = pytest.mark.django_db

@@ -11,9 +11,9 @@ import pytest
 
 from hosts.backends.execscripts import NOTICE_PREFIX, NOTICE_START, Notice
 from sandboxes import services
-from sandboxes.errors import BackendFailure, InvalidInput, NotFound, QuotaExceeded
+from sandboxes.contract.errors import BackendFailure, InvalidInput, NotFound, QuotaExceeded
+from sandboxes.contract.results import UploadFile
 from sandboxes.models import CommandExecution, Sandbox
-from sandboxes.results import UploadFile
 from tenants.models import AuditLog
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db]

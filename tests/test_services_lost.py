@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from sandboxes import services
-from sandboxes.errors import BackendFailure
+from sandboxes.contract.errors import BackendFailure
+from sandboxes.contract.results import UploadFile
 from sandboxes.models import Sandbox, SandboxStatus
-from sandboxes.results import UploadFile
 from tenants.models import AuditLog
 
 pytestmark = pytest.mark.django_db

@@ -9,9 +9,9 @@ import pytest
 from pydantic import Field
 
 from mcp_bridge import schemas
-from sandboxes import results
 from sandboxes.api import serializers
-from sandboxes.shapes import Shape, render
+from sandboxes.contract import results
+from sandboxes.contract.shapes import Shape, render
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 

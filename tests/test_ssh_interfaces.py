@@ -25,7 +25,7 @@ from fastmcp import Client
 
 from hosts.models import Credential, Host
 from sandboxes import services
-from sandboxes.errors import BackendFailure, NoCapacity
+from sandboxes.contract.errors import BackendFailure, NoCapacity
 from sandboxes.models import CommandExecution, Sandbox
 from tenants.models import AuditLog, Team
 from tenants.principal import Principal

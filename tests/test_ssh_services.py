@@ -16,9 +16,9 @@ from hosts.backends import reset_backends
 from hosts.backends.ssh.connection import SshConnection
 from hosts.models import Credential, Host
 from sandboxes import services
-from sandboxes.errors import BackendFailure, NoCapacity, NotFound
+from sandboxes.contract.errors import BackendFailure, NoCapacity, NotFound
+from sandboxes.contract.results import UploadFile
 from sandboxes.models import CommandExecution, Sandbox
-from sandboxes.results import UploadFile
 from tenants.models import AuditLog
 from tenants.principal import Principal
 from tests.qcluster import qcluster  # noqa: F401  (the fixture)

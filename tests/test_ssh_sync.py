@@ -13,7 +13,7 @@ import pytest
 
 from hosts.backends.ssh.backend import SshBackend
 from sandboxes import services
-from sandboxes.errors import InvalidInput, NotFound
+from sandboxes.contract.errors import InvalidInput, NotFound
 from tenants.models import AuditLog
 from tests.ssh_agent_fixtures import base_dir as base_dir  # noqa: F401 - a fixture
 from tests.ssh_agent_fixtures import conns as conns  # noqa: F401 - a fixture

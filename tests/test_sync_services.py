@@ -19,7 +19,7 @@ import pytest
 
 from hosts.backends.docker import DockerBackend
 from sandboxes import services
-from sandboxes.errors import InvalidInput, NotFound
+from sandboxes.contract.errors import InvalidInput, NotFound
 from sandboxes.models import Sandbox
 from tenants.models import AuditLog
 from tests.test_agent import backend, engine, no_python_image  # noqa: F401 (fixtures)

@@ -7,11 +7,11 @@ import pytest
 from rest_framework.test import APIClient
 
 from hosts.backends.base import BackendError
-from sandboxes import junit, services
-from sandboxes.errors import InvalidInput, NotFound, PermissionDenied
+from sandboxes import services
+from sandboxes.contract.errors import InvalidInput, NotFound, PermissionDenied
+from sandboxes.contract.results import UploadFile
 from sandboxes.models import Sandbox, SandboxStatus
-from sandboxes.results import UploadFile
-from sandboxes.services import removal, selection, workflows
+from sandboxes.services import junit, removal, selection, workflows
 from tenants import apikeys
 from tenants.models import ApiKey, AuditLog, Channel
 from tests.fakes import FakeBackend

@@ -17,8 +17,8 @@ from hosts.admin.actions import apply_each
 from hosts.admin.hostkeys import confirm_host_keys, fetch_host_keys
 from hosts.models import Credential, Host, Image
 from sandboxes import services
+from sandboxes.contract.results import HostInfo
 from sandboxes.models import LIVE_STATUSES
-from sandboxes.results import HostInfo
 from tenants.admin import admin_principal
 
 logger = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ from typing import TypeVar
 from django.contrib import admin, messages
 from django.http import HttpRequest
 
-from sandboxes.errors import ServiceError
+from sandboxes.contract.errors import ServiceError
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -13,7 +13,7 @@ from django.template.response import TemplateResponse
 from hosts.admin.actions import apply_each
 from hosts.models import Host
 from sandboxes import services
-from sandboxes.results import HostKeyInfo
+from sandboxes.contract.results import HostKeyInfo
 from tenants.admin import admin_principal
 
 CONFIRM_TEMPLATE = "admin/hosts/confirm_host_keys.html"

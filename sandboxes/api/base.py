@@ -27,7 +27,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from sandboxes.api.serializers import ErrorSerializer
-from sandboxes.errors import ServiceError
+from sandboxes.contract.errors import ServiceError
 from tenants import ratelimits
 from tenants.apikeys import clean_address, principal_for
 from tenants.models import ApiKey, Channel, Membership

@@ -22,10 +22,10 @@ from sandboxes.api.serializers import (
     UploadFormSerializer,
     UploadResultSerializer,
 )
-from sandboxes.errors import InvalidInput, ServiceError
+from sandboxes.contract.errors import InvalidInput, ServiceError
+from sandboxes.http.streaming import download
+from sandboxes.policy.validation import WORKSPACE
 from sandboxes.services import UploadSource
-from sandboxes.streaming import download
-from sandboxes.validation import WORKSPACE
 
 # --- files -----------------------------------------------------------------------------------
 

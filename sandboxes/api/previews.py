@@ -15,7 +15,7 @@ from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from sandboxes import results, services
+from sandboxes import services
 from sandboxes.api.base import ERRORS, TEAM_PARAM, ServiceView, errors, principal, valid
 from sandboxes.api.serializers import (
     ErrorSerializer,
@@ -25,10 +25,11 @@ from sandboxes.api.serializers import (
     RestShape,
     StrictSerializer,
 )
-from sandboxes.errors import InvalidInput
-from sandboxes.results import UploadFile
-from sandboxes.shapes import render
-from sandboxes.validation import MAX_COMMAND_CHARS, WORKSPACE
+from sandboxes.contract import results
+from sandboxes.contract.errors import InvalidInput
+from sandboxes.contract.results import UploadFile
+from sandboxes.contract.shapes import render
+from sandboxes.policy.validation import MAX_COMMAND_CHARS, WORKSPACE
 
 URL = (
     "where a browser opens it: signed in as a team member, or by anyone with this URL (its "

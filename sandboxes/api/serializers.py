@@ -1,6 +1,6 @@
 """REST request and response shapes.
 
-Responses are views of the service results (sandboxes.results via sandboxes.shapes), and
+Responses are views of the service results (sandboxes.contract.results via its shapes), and
 drf-pydantic makes each one's DRF serializer from its fields: types become DRF fields,
 descriptions their help_text, optional ones allow_null, so the OpenAPI schema documents them
 without a second copy. Request serializers only check types and limits (the services decide
@@ -16,11 +16,11 @@ from django.conf import settings
 from drf_pydantic.base_model import ModelMetaclass as DrfModelMetaclass
 from rest_framework import serializers
 
-from sandboxes import results
+from sandboxes.contract import results
+from sandboxes.contract.shapes import Shape, ShapeMeta
+from sandboxes.policy.validation import MAX_COMMAND_CHARS, MAX_NAME_CHARS, WORKSPACE
 from sandboxes.services import MAX_TAIL_LINES
 from sandboxes.services.workflows import DEFAULT_TEST_COMMAND
-from sandboxes.shapes import Shape, ShapeMeta
-from sandboxes.validation import MAX_COMMAND_CHARS, MAX_NAME_CHARS, WORKSPACE
 
 
 class StrictSerializer(serializers.Serializer):

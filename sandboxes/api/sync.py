@@ -20,9 +20,9 @@ from rest_framework.response import Response
 from sandboxes import services
 from sandboxes.api.base import TEAM_PARAM, ServiceView, errors, principal, valid
 from sandboxes.api.serializers import ErrorSerializer, StrictSerializer
-from sandboxes.errors import InvalidInput
-from sandboxes.results_sync import Manifest
-from sandboxes.streaming import download
+from sandboxes.contract.errors import InvalidInput
+from sandboxes.contract.sync import Manifest
+from sandboxes.http.streaming import download
 
 ROOT_PARAM = OpenApiParameter(
     "path", str, required=True, description="The sync root: a directory under /workspace."

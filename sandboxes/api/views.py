@@ -27,8 +27,8 @@ from sandboxes.api.serializers import (
     StartBackgroundSerializer,
     TestReportSerializer,
 )
-from sandboxes.errors import InvalidInput
-from sandboxes.results import UploadFile
+from sandboxes.contract.errors import InvalidInput
+from sandboxes.contract.results import UploadFile
 from sandboxes.services import workflows
 
 COMMAND_HISTORY_MAX = 500

@@ -38,10 +38,10 @@ from django.utils import timezone
 from hosts.backends import get_backend
 from hosts.backends.base import BackendError, SandboxBackend, SandboxSpec, Unsupported
 from hosts.models import Host, Image
-from sandboxes import limits
-from sandboxes.auditing import current
 from sandboxes.housekeeping.config import default_pool_size, instance_labels
 from sandboxes.models import Sandbox, WarmContainer, WarmContainerStatus
+from sandboxes.policy import limits
+from tenants.auditing import current
 
 logger = logging.getLogger(__name__)
 

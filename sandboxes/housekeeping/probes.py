@@ -14,8 +14,8 @@ from django.utils import timezone
 from hosts.backends import get_backend
 from hosts.backends.base import BackendError, HostKeyRejected, ProbeResult
 from hosts.models import Host
-from sandboxes import placement
 from sandboxes.housekeeping.config import system_for
+from sandboxes.policy import placement
 from tenants import audit
 
 logger = logging.getLogger(__name__)

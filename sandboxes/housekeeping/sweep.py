@@ -11,10 +11,10 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from hosts.backends import get_backend
-from sandboxes.auditing import audited, current
-from sandboxes.errors import BackendFailure, ServiceError
+from sandboxes.contract.errors import BackendFailure, ServiceError
 from sandboxes.housekeeping.config import system_for
 from sandboxes.models import CommandExecution, CommandStatus, Sandbox, SandboxStatus
+from tenants.auditing import audited, current
 from tenants.models import Team
 from tenants.principal import Principal
 

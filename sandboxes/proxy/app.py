@@ -18,7 +18,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from sandboxes import services
-from sandboxes.errors import NotFound, ServiceError
+from sandboxes.contract.errors import NotFound, ServiceError
 from sandboxes.proxy import credentials, forward, routing, wsbridge
 from sandboxes.proxy.ports import AsyncPort, service_call
 

@@ -3,8 +3,8 @@
 Each function takes the acting principal first, then: authorizes (the sandbox belongs to the
 principal's team, the role allows it, quotas hold), calls the host's backend, persists
 history (one CommandExecution per command) and leaves one AuditLog row (the `audited`
-decorator), and returns a plain result object (sandboxes/results.py). Another team's sandbox
-is "not found".
+decorator), and returns a plain result object (sandboxes/contract/results.py). Another
+team's sandbox is "not found".
 
 Split by topic: sandboxes, lifetime, commands, background (+ jobs), files, archives, links,
 sync (+ its tar streams), previews (+ the proxy's access and tokens), hosts (+ housekeeping

@@ -19,20 +19,21 @@ from collections.abc import Iterator
 
 from django.conf import settings
 
-from sandboxes import tarballs, validation
-from sandboxes.access import READ
-from sandboxes.auditing import audited, current
-from sandboxes.errors import InvalidInput
+from sandboxes.contract.errors import InvalidInput
+from sandboxes.contract.results import FileStream
 from sandboxes.models import Sandbox
-from sandboxes.results import FileStream
+from sandboxes.policy import validation
+from sandboxes.policy.access import READ
+from sandboxes.services import tarballs
 from sandboxes.services.common import backend_errors, backend_of, running_sandbox, started_stream
+from tenants.auditing import AUDIT_READ, audited, current
 from tenants.principal import Principal
 
 CHUNK_BYTES = 64 * 1024
 BLOCK = tarfile.BLOCKSIZE  # 512
 
 
-@audited("files.archive", "sandbox")
+@audited("files.archive", "sandbox", kind=AUDIT_READ)
 def open_archive_stream(
     principal: Principal, sandbox_id: str, path: str, *, gzip: bool = False
 ) -> FileStream:

@@ -20,12 +20,11 @@ from django.utils import timezone
 from django_q.tasks import async_task
 
 from hosts.backends.base import BackendError, SandboxGone
-from sandboxes import access, validation
-from sandboxes.access import READ, WRITE
-from sandboxes.auditing import audited, current
-from sandboxes.errors import BackendFailure, NotFound, PermissionDenied, QuotaExceeded
+from sandboxes.contract.errors import BackendFailure, NotFound, PermissionDenied, QuotaExceeded
+from sandboxes.contract.results import BackgroundCheck, CommandResult
 from sandboxes.models import CommandExecution, CommandStatus, Sandbox, SandboxStatus
-from sandboxes.results import BackgroundCheck, CommandResult
+from sandboxes.policy import access, validation
+from sandboxes.policy.access import READ, WRITE
 from sandboxes.services.commands import fail_execution
 from sandboxes.services.common import backend_of, running_sandbox, touch
 from sandboxes.services.jobs import (
@@ -38,6 +37,7 @@ from sandboxes.services.jobs import (
     record_background_end,
     record_from_status,
 )
+from tenants.auditing import AUDIT_VIEW, audited, change, current
 from tenants.principal import Principal
 
 logger = logging.getLogger(__name__)
@@ -109,18 +109,19 @@ def start_background(
     except BackendError as exc:
         fail_execution(execution, sandbox, exc, 0.0)
         raise BackendFailure(f"command could not start in sandbox {sandbox_id}: {exc}") from exc
-    execution.status = CommandStatus.RUNNING
-    execution.background_state = {"job": job}
-    execution.save(update_fields=["status", "background_state"])
-    pk = execution.pk
-    # After commit, so the worker finds the row (a caller may hold a transaction open).
-    transaction.on_commit(
-        lambda: async_task(
-            "sandboxes.tasks.supervise_background", pk, task_name=f"supervise-background-{pk}"
+    with change():  # running, and its audit row, in one transaction
+        execution.status = CommandStatus.RUNNING
+        execution.background_state = {"job": job}
+        execution.save(update_fields=["status", "background_state"])
+        pk = execution.pk
+        # After commit, so the worker finds the row (a caller may hold a transaction open).
+        transaction.on_commit(
+            lambda: async_task(
+                "sandboxes.tasks.supervise_background", pk, task_name=f"supervise-background-{pk}"
+            )
         )
-    )
-    touch(sandbox)
-    current().details.update({"status": execution.status, "log": job.get("log", "")})
+        touch(sandbox)
+        current().details.update({"status": execution.status, "log": job.get("log", "")})
     return CommandResult.from_model(execution)
 
 
@@ -135,7 +136,7 @@ def _check_background_limit(sandbox: Sandbox) -> None:
         )
 
 
-@audited("command.background.check", "sandbox")
+@audited("command.background.check", "sandbox", kind=AUDIT_VIEW)
 def check_background(
     principal: Principal, sandbox_id: str, command_id: int, *, tail_lines: int = 50
 ) -> BackgroundCheck:

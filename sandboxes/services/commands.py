@@ -7,13 +7,13 @@ import time
 from django.utils import timezone
 
 from hosts.backends.base import BackendError, ExecResult, OutputCallback, SandboxGone
-from sandboxes import access, validation
-from sandboxes.access import READ, WRITE
-from sandboxes.auditing import audited, current
-from sandboxes.errors import BackendFailure, InvalidInput, NotFound
+from sandboxes.contract.errors import BackendFailure, InvalidInput, NotFound
+from sandboxes.contract.results import CommandResult
 from sandboxes.models import CommandExecution, CommandStatus, Sandbox
-from sandboxes.results import CommandResult
+from sandboxes.policy import access, validation
+from sandboxes.policy.access import READ, WRITE
 from sandboxes.services.common import backend_of, decode_output, mark_lost, running_sandbox, touch
+from tenants.auditing import AUDIT_VIEW, audited, change, current
 from tenants.principal import Principal
 
 
@@ -155,9 +155,10 @@ def _execute(
     except BackendError as exc:
         fail_execution(execution, sandbox, exc, time.monotonic() - started)
         raise BackendFailure(f"command could not run in sandbox {sandbox_id}: {exc}") from exc
-    _finish_execution(execution, result)
-    touch(sandbox)
-    current().details.update({"status": execution.status, "exit_code": execution.exit_code})
+    with change():  # the command's record and its audit row, one transaction
+        _finish_execution(execution, result)
+        touch(sandbox)
+        current().details.update({"status": execution.status, "exit_code": execution.exit_code})
     return CommandResult.from_model(execution)
 
 
@@ -212,7 +213,7 @@ def fail_execution(
         mark_lost(sandbox, str(exc))
 
 
-@audited("command.list", "sandbox")
+@audited("command.list", "sandbox", kind=AUDIT_VIEW)
 def list_commands(principal: Principal, sandbox_id: str, *, limit: int = 50) -> list[CommandResult]:
     """The sandbox's most recent commands, newest first."""
     current().target("sandbox", sandbox_id)
@@ -222,7 +223,7 @@ def list_commands(principal: Principal, sandbox_id: str, *, limit: int = 50) -> 
     return [CommandResult.from_model(e) for e in executions]
 
 
-@audited("command.get", "command")
+@audited("command.get", "command", kind=AUDIT_VIEW)
 def get_command(principal: Principal, command_id: int) -> CommandResult:
     current().target("command", command_id)
     validation.positive_int(command_id, "command id", minimum=1)

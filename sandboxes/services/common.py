@@ -11,11 +11,12 @@ from django.utils import timezone
 
 from hosts.backends import get_backend
 from hosts.backends.base import BackendError, SandboxBackend, SandboxGone
-from sandboxes import access, tarballs
-from sandboxes.auditing import current
-from sandboxes.errors import BackendFailure, Conflict, NotFound
+from sandboxes.contract.errors import BackendFailure, Conflict, NotFound
+from sandboxes.contract.results import FileStream
 from sandboxes.models import ALLOWED_TRANSITIONS, Sandbox, SandboxStatus
-from sandboxes.results import FileStream
+from sandboxes.policy import access
+from sandboxes.services import tarballs
+from tenants.auditing import current
 from tenants.principal import Principal
 
 

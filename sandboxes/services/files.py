@@ -16,12 +16,12 @@ from typing import IO, Any
 
 from django.conf import settings
 
-from sandboxes import tarballs, validation
-from sandboxes.access import READ, WRITE
-from sandboxes.auditing import audited, current
-from sandboxes.errors import BackendFailure, InvalidInput, NotFound
+from sandboxes.contract.errors import BackendFailure, InvalidInput, NotFound
+from sandboxes.contract.results import FileContent, FileEntry, FileStream, UploadFile, UploadResult
 from sandboxes.models import Sandbox
-from sandboxes.results import FileContent, FileEntry, FileStream, UploadFile, UploadResult
+from sandboxes.policy import validation
+from sandboxes.policy.access import READ, WRITE
+from sandboxes.services import tarballs
 from sandboxes.services.common import (
     backend_errors,
     backend_of,
@@ -30,6 +30,7 @@ from sandboxes.services.common import (
     started_stream,
     touch,
 )
+from tenants.auditing import AUDIT_READ, AUDIT_VIEW, audited, current
 from tenants.principal import Principal
 
 READ_FILE_MAX_BYTES = 4 * 1024 * 1024
@@ -142,7 +143,7 @@ def _refusals(path: str, verb: str) -> Iterator[None]:
         raise InvalidInput(str(exc) or f"cannot {verb} {path}") from exc
 
 
-@audited("files.download", "sandbox")
+@audited("files.download", "sandbox", kind=AUDIT_READ)
 def download_files(
     principal: Principal, sandbox_id: str, paths: list[str], *, max_bytes: int | None = None
 ) -> list[tuple[str, bytes]]:
@@ -171,7 +172,7 @@ def download_files(
     return result
 
 
-@audited("files.stream", "sandbox")
+@audited("files.stream", "sandbox", kind=AUDIT_READ)
 def open_file_stream(principal: Principal, sandbox_id: str, path: str) -> FileStream:
     """One file's content as a stream of chunks, never whole in memory (for HTTP downloads).
 
@@ -194,7 +195,7 @@ def _reading(sandbox: Sandbox, path: str) -> Iterator[None]:
         yield
 
 
-@audited("files.list", "sandbox")
+@audited("files.list", "sandbox", kind=AUDIT_VIEW)
 def list_files(
     principal: Principal, sandbox_id: str, path: str = validation.WORKSPACE
 ) -> list[FileEntry]:
@@ -222,7 +223,7 @@ stat -c %s -- "$1" >&2 || exit 1
 """
 
 
-@audited("files.read", "sandbox")
+@audited("files.read", "sandbox", kind=AUDIT_READ)
 def read_file(
     principal: Principal,
     sandbox_id: str,

@@ -12,14 +12,14 @@ from django.utils import timezone
 from hosts.backends import get_backend, reset_backends
 from hosts.backends.base import BackendError
 from hosts.models import Host
-from sandboxes.auditing import audited, current
-from sandboxes.errors import BackendFailure, Conflict, InvalidInput
-from sandboxes.results import HostKeyInfo
+from sandboxes.contract.errors import BackendFailure, Conflict, InvalidInput
+from sandboxes.contract.results import HostKeyInfo
 from sandboxes.services.hosts import admin_host
+from tenants.auditing import AUDIT_READ, audited, current
 from tenants.principal import Principal
 
 
-@audited("host.key.fetch", "host")
+@audited("host.key.fetch", "host", kind=AUDIT_READ)
 def fetch_host_key(principal: Principal, host_id: int) -> HostKeyInfo:
     """Read the key the host presents (no login) and remember it as the one seen."""
     host = admin_host(principal, host_id)
@@ -34,7 +34,7 @@ def fetch_host_key(principal: Principal, host_id: int) -> HostKeyInfo:
     return _info(host)
 
 
-@audited("host.key.confirm", "host")
+@audited("host.key.confirm", "host", atomic=True)
 def confirm_host_key(principal: Principal, host_id: int, fingerprint: str) -> HostKeyInfo:
     """Pin `fingerprint`, which must be the one the host last presented (fetched just before):
     an admin confirms what he has seen, never a key no one has looked at."""

@@ -4,18 +4,18 @@ probes, warm pool) that the django-q2 schedules in sandboxes/tasks.py call as th
 from __future__ import annotations
 
 from hosts.models import Host
-from sandboxes import access, placement
-from sandboxes.access import READ
-from sandboxes.auditing import audited, current
-from sandboxes.errors import NotFound, PermissionDenied
+from sandboxes.contract.errors import NotFound, PermissionDenied
+from sandboxes.contract.results import GpuInfo, HostInfo
 from sandboxes.housekeeping import pool, probes, reconcile, sweep
 from sandboxes.models import Preview
-from sandboxes.results import GpuInfo, HostInfo
+from sandboxes.policy import access, placement
+from sandboxes.policy.access import READ
+from tenants.auditing import AUDIT_VIEW, audited, current
 from tenants.models import Team
 from tenants.principal import Principal
 
 
-@audited("host.list", "host")
+@audited("host.list", "host", kind=AUDIT_VIEW)
 def list_hosts(principal: Principal) -> list[HostInfo]:
     """Hosts the principal's team may use (shared and its private ones), idlest first.
 
@@ -67,7 +67,7 @@ def probe_host(principal: Principal, host_id: int) -> HostInfo:
     return _host_info(host)
 
 
-@audited("host.drain", "host")
+@audited("host.drain", "host", atomic=True)
 def set_host_draining(principal: Principal, host_id: int, draining: bool = True) -> HostInfo:
     host = admin_host(principal, host_id)
     host.draining = bool(draining)

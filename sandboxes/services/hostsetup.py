@@ -22,12 +22,18 @@ from django.utils import timezone
 from hosts.backends import backend_class
 from hosts.backends.base import BackendError, HostKey, HostKeyRejected, ProbeResult
 from hosts.models import Credential, Host
-from sandboxes import access
-from sandboxes.auditing import audited, current
-from sandboxes.errors import BackendFailure, Conflict, InvalidInput, NotFound, PermissionDenied
+from sandboxes.contract.errors import (
+    BackendFailure,
+    Conflict,
+    InvalidInput,
+    NotFound,
+    PermissionDenied,
+)
+from sandboxes.contract.results import HostInfo, HostKeyInfo
 from sandboxes.housekeeping import probes
-from sandboxes.results import HostInfo, HostKeyInfo
+from sandboxes.policy import access
 from sandboxes.services.hosts import _host_info
+from tenants.auditing import AUDIT_READ, audited, current
 from tenants.models import Team
 from tenants.principal import Principal
 
@@ -66,7 +72,7 @@ class _Endpoint:
     username: str  # the SSH login; "" for Docker
 
 
-@audited("host.key.read", "host")
+@audited("host.key.read", "host", kind=AUDIT_READ)
 def read_host_key(principal: Principal, endpoint: str) -> HostKeyInfo:
     """The key the SSH host at `endpoint` (ssh://USER@ADDRESS[:PORT]) presents, read during
     key exchange: no login, nothing saved. The admin compares its fingerprint with the one

@@ -13,8 +13,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from hosts.backends.base import BackendError, JobStatus, SandboxGone
+from sandboxes.contract.results import BackgroundCheck
 from sandboxes.models import CommandExecution, CommandStatus, Sandbox, SandboxStatus
-from sandboxes.results import BackgroundCheck
 from sandboxes.services.common import backend_of, decode_output, mark_lost
 
 # The sandbox kills a job at its maximum runtime itself (coreutils timeout); the supervisor

@@ -14,12 +14,12 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from sandboxes import access, validation
-from sandboxes.access import WRITE
-from sandboxes.auditing import audited, current
-from sandboxes.errors import Conflict, QuotaExceeded
+from sandboxes.contract.errors import Conflict, QuotaExceeded
+from sandboxes.contract.results import SandboxInfo
 from sandboxes.models import Sandbox, SandboxStatus
-from sandboxes.results import SandboxInfo
+from sandboxes.policy import access, validation
+from sandboxes.policy.access import WRITE
+from tenants.auditing import audited, current
 from tenants.models import Team
 from tenants.principal import Principal
 
@@ -37,7 +37,7 @@ def extendable_minutes(info: SandboxInfo, team: Team, now: datetime | None = Non
     return max(0, int(left.total_seconds() // 60))
 
 
-@audited("sandbox.extend", "sandbox")
+@audited("sandbox.extend", "sandbox", atomic=True)
 def extend_sandbox(principal: Principal, sandbox_id: str, minutes: int) -> SandboxInfo:
     """Push the sandbox's expiry back by `minutes`, within its team's maximum lifetime."""
     current().target("sandbox", sandbox_id)

@@ -29,13 +29,13 @@ from django.contrib.auth import get_user_model
 from django.core import signing
 from django.utils import timezone
 
-from sandboxes import validation
-from sandboxes.access import WRITE
-from sandboxes.auditing import audited, current
-from sandboxes.errors import InvalidInput, NotFound
-from sandboxes.results import FileStream, Result
+from sandboxes.contract.errors import InvalidInput, NotFound
+from sandboxes.contract.results import FileStream, Result
+from sandboxes.policy import validation
+from sandboxes.policy.access import WRITE
 from sandboxes.services.common import backend_errors, backend_of, running_sandbox
 from sandboxes.services.files import open_file_stream
+from tenants.auditing import AUDIT_READ, audited, current
 from tenants.models import Team
 from tenants.principal import Principal
 
@@ -103,7 +103,7 @@ def create_file_link(principal: Principal, sandbox_id: str, path: str) -> FileLi
     )
 
 
-@audited("files.link.open", "sandbox")
+@audited("files.link.open", "sandbox", kind=AUDIT_READ)
 def open_file_link(principal: Principal, token: str) -> LinkedFile:
     """The file a link names, opened for download by whoever holds the link.
 

@@ -17,16 +17,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from django.db import transaction
 from django.utils import timezone
 
 from hosts.backends.base import BackendError, PortClosed, SandboxGone, Unsupported
-from sandboxes import access, validation
-from sandboxes.access import READ, WRITE
-from sandboxes.auditing import audited, current
-from sandboxes.errors import (
+from sandboxes.contract.errors import (
     BackendFailure,
     Conflict,
     InvalidInput,
@@ -35,11 +32,14 @@ from sandboxes.errors import (
     QuotaExceeded,
     ServiceError,
 )
+from sandboxes.contract.results import BackgroundCheck, DeployedApp, PreviewInfo, PreviewLink
 from sandboxes.models import CommandStatus, Preview, Sandbox, SandboxStatus
-from sandboxes.results import BackgroundCheck, DeployedApp, PreviewInfo, PreviewLink
+from sandboxes.policy import access, validation
+from sandboxes.policy.access import READ, WRITE
 from sandboxes.services.background import cancel_background, check_background, start_background
 from sandboxes.services.common import backend_of, mark_lost, running_sandbox
 from sandboxes.services.previews_tokens import MAX_TOKEN_SECONDS, mint_token
+from tenants.auditing import AUDIT_VIEW, audited, current, unaudited
 from tenants.models import Role, Team
 from tenants.principal import Principal
 
@@ -60,12 +60,6 @@ class DeployFailed(ServiceError):
 
     code = "deploy_failed"
     http_status = 422
-
-
-def _unaudited(service: F) -> F:
-    """A service's body without its own audit row: deploy_app's row covers its steps (their
-    details, e.g. the command id, are filled into it)."""
-    return cast(F, service.__wrapped__)  # type: ignore[attr-defined]
 
 
 # --- the actions -----------------------------------------------------------------------------
@@ -108,7 +102,7 @@ def deploy_app(
             f"something already listens on port {port} in sandbox {sandbox.public_id}: stop it "
             "(cancel_background, or stop_app for a preview), or deploy on another port"
         )
-    started = _unaudited(start_background)(principal, sandbox.public_id, command, cwd=cwd, env=env)
+    started = unaudited(start_background)(principal, sandbox.public_id, command, cwd=cwd, env=env)
     failure = _wait_until_listening(principal, sandbox, port, started.id, wait)
     if failure:
         tail = _give_up(principal, sandbox.public_id, started.id)
@@ -130,7 +124,7 @@ def deploy_app(
     )
 
 
-@audited("preview.open", "sandbox")
+@audited("preview.open", "sandbox", atomic=True)
 def get_preview_url(
     principal: Principal,
     sandbox_id: str,
@@ -195,7 +189,7 @@ def stop_app(principal: Principal, sandbox_id: str, port: int) -> PreviewInfo:
     return PreviewInfo.from_model(preview)
 
 
-@audited("preview.list", "sandbox")
+@audited("preview.list", "sandbox", kind=AUDIT_VIEW)
 def list_previews(principal: Principal, sandbox_id: str) -> list[PreviewInfo]:
     """The sandbox's open previews, by port."""
     current().target("sandbox", sandbox_id)
@@ -313,7 +307,7 @@ def _stop(principal: Principal, sandbox: Sandbox, preview: Preview, reason: str)
     if sandbox.status != SandboxStatus.RUNNING:
         return False  # its command went (or goes) with the sandbox
     current().details["stopped_command"] = command.pk
-    _unaudited(cancel_background)(principal, sandbox.public_id, command.pk)
+    unaudited(cancel_background)(principal, sandbox.public_id, command.pk)
     return True
 
 
@@ -353,7 +347,7 @@ def _wait_until_listening(
     """Empty once the port answers, else why it gave up. An app that exited 0 may have put
     itself in the background (a daemon): its port is still waited for."""
     deadline = time.monotonic() + wait
-    check = _unaudited(check_background)
+    check = unaudited(check_background)
     ended: BackgroundCheck | None = None
     while True:
         if _answers(sandbox, port):
@@ -379,7 +373,7 @@ def _wait_until_listening(
 def _give_up(principal: Principal, sandbox_id: str, command_id: int) -> str:
     """Cancel the app's command (if it still runs) and return the end of its log."""
     try:
-        final = _unaudited(cancel_background)(principal, sandbox_id, command_id)
+        final = unaudited(cancel_background)(principal, sandbox_id, command_id)
     except ServiceError as exc:
         return f"(could not stop it: {exc.message})"
     return final.output[-LOG_TAIL_CHARS:]

@@ -19,14 +19,14 @@ from django.core.cache import cache
 from django.utils import timezone
 
 from hosts.backends.base import BackendError, PortClosed, PortStream, SandboxGone
-from sandboxes import validation
-from sandboxes.errors import BackendFailure, InvalidInput, NotFound
+from sandboxes.contract.errors import BackendFailure, InvalidInput, NotFound
 from sandboxes.models import Preview, Sandbox, SandboxStatus
+from sandboxes.policy import validation
 from sandboxes.services.common import ACTIVITY_WRITE_INTERVAL, backend_of, mark_lost, touch
 from sandboxes.services.previews_tokens import INVALID, read_token
 from tenants import audit
 from tenants.apikeys import clean_address
-from tenants.models import Channel, Membership
+from tenants.models import AuditKind, Channel, Membership
 from tenants.principal import Principal
 
 # How long "already opened" is remembered: a session for a day, a public preview's visitor
@@ -176,6 +176,7 @@ def _audit_once(
         target_type="sandbox",
         target_id=sandbox.public_id,
         details=details,
+        kind=AuditKind.READ,
     )
 
 

@@ -23,7 +23,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from django.conf import settings
 from django.core import signing
 
-from sandboxes.errors import NotFound
+from sandboxes.contract.errors import NotFound
 
 PREVIEW_TOKEN_PARAM = "sandhub_token"  # the query parameter of a first visit
 PREVIEW_COOKIE = "sandhub_preview"  # the cookie the proxy turns it into

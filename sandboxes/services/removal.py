@@ -16,10 +16,10 @@ from concurrent.futures import wait as wait_all
 from typing import Any
 
 from hosts.backends.base import SandboxBackend, SandboxGone
-from sandboxes import access
-from sandboxes.access import WRITE
+from sandboxes.contract.results import SandboxInfo
 from sandboxes.models import SandboxStatus
-from sandboxes.results import SandboxInfo
+from sandboxes.policy import access
+from sandboxes.policy.access import WRITE
 from sandboxes.services.common import backend_of
 from tenants.principal import Principal
 

@@ -11,15 +11,20 @@ from django.utils import timezone
 from hosts.backends.base import BackendError, SandboxGone, SandboxSpec
 from hosts.backends.gpus import gpu_environment
 from hosts.models import Image
-from sandboxes import access, placement, validation
-from sandboxes.access import READ, WRITE
-from sandboxes.auditing import audited, current
-from sandboxes.errors import BackendFailure, InvalidInput, PermissionDenied, QuotaExceeded
+from sandboxes.contract.errors import BackendFailure, InvalidInput, PermissionDenied, QuotaExceeded
+from sandboxes.contract.results import SandboxInfo
 from sandboxes.housekeeping import pool
-from sandboxes.limits import DEFAULT_CPUS, DEFAULT_MEMORY_MB, DEFAULT_PIDS_LIMIT, MIN_MEMORY_MB
 from sandboxes.models import Preview, Sandbox, SandboxStatus
-from sandboxes.results import SandboxInfo
+from sandboxes.policy import access, placement, validation
+from sandboxes.policy.access import READ, WRITE
+from sandboxes.policy.limits import (
+    DEFAULT_CPUS,
+    DEFAULT_MEMORY_MB,
+    DEFAULT_PIDS_LIMIT,
+    MIN_MEMORY_MB,
+)
 from sandboxes.services.common import backend_of
+from tenants.auditing import AUDIT_VIEW, audited, change, current
 from tenants.models import Team
 from tenants.principal import Principal
 from tenants.ratelimits import rate_limited
@@ -203,18 +208,19 @@ def _provision(sandbox: Sandbox) -> None:
         sandbox.transition(SandboxStatus.DELETED, f"provisioning failed: {exc}")
         sandbox.save()
         raise BackendFailure(f"could not start the sandbox on host {sandbox.host}: {exc}") from exc
-    sandbox.transition(SandboxStatus.RUNNING)
-    sandbox.last_activity_at = timezone.now()
-    sandbox.save()
+    with change():  # running, and its audit row, in one transaction
+        sandbox.transition(SandboxStatus.RUNNING)
+        sandbox.last_activity_at = timezone.now()
+        sandbox.save()
 
 
-@audited("sandbox.list", "sandbox")
+@audited("sandbox.list", "sandbox", kind=AUDIT_VIEW)
 def list_sandboxes(principal: Principal) -> list[SandboxInfo]:
     access.require(principal, READ, "list sandboxes")
     return [SandboxInfo.from_model(s) for s in access.sandboxes_of(principal)]
 
 
-@audited("sandbox.get", "sandbox")
+@audited("sandbox.get", "sandbox", kind=AUDIT_VIEW)
 def get_sandbox(principal: Principal, sandbox_id: str) -> SandboxInfo:
     current().target("sandbox", sandbox_id)
     sandbox = access.get_sandbox(principal, sandbox_id, READ, "see sandboxes")
@@ -227,8 +233,9 @@ def delete_sandbox(principal: Principal, sandbox_id: str) -> SandboxInfo:
     current().target("sandbox", sandbox_id)
     sandbox = access.get_sandbox(principal, sandbox_id, WRITE, "delete sandboxes")
     if sandbox.status == SandboxStatus.PENDING:
-        sandbox.transition(SandboxStatus.DELETED)
-        sandbox.save()
+        with change():
+            sandbox.transition(SandboxStatus.DELETED)
+            sandbox.save()
         return SandboxInfo.from_model(sandbox)
     sandbox.transition(SandboxStatus.STOPPING)
     sandbox.save(update_fields=["status", "status_message"])
@@ -245,12 +252,13 @@ def delete_sandbox(principal: Principal, sandbox_id: str) -> SandboxInfo:
         sandbox.transition(SandboxStatus.ERROR, f"delete failed: {exc}")
         sandbox.save(update_fields=["status", "status_message"])
         raise BackendFailure(f"could not delete sandbox {sandbox_id}: {exc}") from exc
-    sandbox.transition(SandboxStatus.DELETED, message)
-    sandbox.save()
+    with change():  # deleted, and its audit row, in one transaction
+        sandbox.transition(SandboxStatus.DELETED, message)
+        sandbox.save()
     return SandboxInfo.from_model(sandbox)
 
 
-@audited("sandbox.rename", "sandbox")
+@audited("sandbox.rename", "sandbox", atomic=True)
 def rename_sandbox(principal: Principal, sandbox_id: str, name: str) -> SandboxInfo:
     current().target("sandbox", sandbox_id)
     new_name = validation.name(name)

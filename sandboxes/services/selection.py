@@ -4,12 +4,12 @@ any request and the choice outlasts the connection."""
 
 from __future__ import annotations
 
-from sandboxes.auditing import audited, current
-from sandboxes.errors import NotFound
-from sandboxes.results import SandboxInfo
+from sandboxes.contract.errors import NotFound
+from sandboxes.contract.results import SandboxInfo
 from sandboxes.services.sandboxes import get_sandbox
 from sandboxes.services.workflows import unaudited
 from tenants import apikeys
+from tenants.auditing import AUDIT_VIEW, audited, current
 from tenants.models import ApiKey
 from tenants.principal import Principal
 
@@ -24,7 +24,7 @@ def _key(principal: Principal, key_id: int) -> ApiKey:
 
 # Recorded as "sandbox.get", the look-up it is (and has always been recorded as); the
 # details say what was selected.
-@audited("sandbox.get", "sandbox")
+@audited("sandbox.get", "sandbox", kind=AUDIT_VIEW)
 def select_sandbox(principal: Principal, key_id: int, sandbox_id: str | None) -> SandboxInfo | None:
     """Make a sandbox the key's selected one (it must be one the principal may see), or
     clear the selection with None."""
@@ -53,7 +53,7 @@ def get_active_sandbox(principal: Principal, key_id: int) -> SandboxInfo | None:
         return None
 
 
-@audited("sandbox.active", "sandbox")
+@audited("sandbox.active", "sandbox", kind=AUDIT_VIEW)
 def _nothing_selected(principal: Principal) -> None:
     """No sandbox to look up, yet the call is on record like every other one."""
     return None

@@ -17,13 +17,12 @@ from typing import IO, cast
 
 from django.conf import settings
 
-from sandboxes import validation
-from sandboxes.access import READ, WRITE
-from sandboxes.auditing import audited, current
-from sandboxes.errors import InvalidInput
+from sandboxes.contract.errors import InvalidInput
+from sandboxes.contract.results import FileStream
+from sandboxes.contract.sync import Manifest, ManifestEntry, SyncDelete, SyncUpload
 from sandboxes.models import Sandbox
-from sandboxes.results import FileStream
-from sandboxes.results_sync import Manifest, ManifestEntry, SyncDelete, SyncUpload
+from sandboxes.policy import validation
+from sandboxes.policy.access import READ, WRITE
 from sandboxes.services.common import (
     backend_errors,
     backend_of,
@@ -32,6 +31,7 @@ from sandboxes.services.common import (
     touch,
 )
 from sandboxes.services.synctar import relative_names, retar, scan_upload, spool
+from tenants.auditing import AUDIT_READ, AUDIT_VIEW, audited, current
 from tenants.principal import Principal
 
 MANIFEST_DEFAULT = 1000
@@ -59,7 +59,7 @@ def _refusals(sandbox: Sandbox, root: str, doing: str) -> Iterator[None]:
         raise InvalidInput(f"cannot {doing} {root}: {exc}") from exc
 
 
-@audited("files.manifest", "sandbox")
+@audited("files.manifest", "sandbox", kind=AUDIT_VIEW)
 def tree_manifest(
     principal: Principal,
     sandbox_id: str,
@@ -133,7 +133,7 @@ def sync_delete(principal: Principal, sandbox_id: str, path: str, paths: list[st
     return SyncDelete(path=root, deleted=deleted)
 
 
-@audited("files.sync.download", "sandbox")
+@audited("files.sync.download", "sandbox", kind=AUDIT_READ)
 def open_sync_download(
     principal: Principal, sandbox_id: str, path: str, paths: list[str]
 ) -> FileStream:

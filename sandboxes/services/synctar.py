@@ -23,8 +23,8 @@ from typing import IO
 
 from hosts.backends import archives
 from hosts.backends.base import BackendError
-from sandboxes import tarballs
-from sandboxes.errors import InvalidInput, ServiceError
+from sandboxes.contract.errors import InvalidInput, ServiceError
+from sandboxes.services import tarballs
 
 MAX_MEMBERS = 10_000  # per upload, as the backends' archive check allows
 CHUNK_BYTES = 64 * 1024

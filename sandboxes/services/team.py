@@ -11,21 +11,19 @@ the same action as a direct call would.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, cast
 
 from django.contrib.auth import get_user_model
 from django.db.models import QuerySet, Sum
 
 from hosts.models import Image
-from sandboxes import access, placement
-from sandboxes.access import READ
-from sandboxes.auditing import audited, current
-from sandboxes.errors import InvalidInput, NotFound, PermissionDenied
+from sandboxes.contract.errors import InvalidInput, NotFound, PermissionDenied
 from sandboxes.models import CommandExecution, CommandStatus, Sandbox
+from sandboxes.policy import access, placement
+from sandboxes.policy.access import READ
 from tenants import services as tenant_services
+from tenants.auditing import AUDIT_VIEW, audited, current, unaudited
 from tenants.models import ApiKey, AuditLog, Channel, Membership, Role, Team
 from tenants.principal import Principal
 
@@ -66,7 +64,7 @@ class TeamUsage:
         return next((i.name for i in self.images if i.is_default), None)
 
 
-@audited("team.usage", "team")
+@audited("team.usage", "team", kind=AUDIT_VIEW)
 def team_usage(principal: Principal) -> TeamUsage:
     """The team's usage and limits; any member may see them."""
     access.require(principal, READ, "see the team's usage")
@@ -101,7 +99,7 @@ def team_usage(principal: Principal) -> TeamUsage:
 # --- my API keys -----------------------------------------------------------------------------
 
 
-@audited("apikey.list", "apikey")
+@audited("apikey.list", "apikey", kind=AUDIT_VIEW)
 def list_my_api_keys(principal: Principal) -> list[ApiKey]:
     """The acting user's own keys in the acting team, newest first (revoked ones included)."""
     access.require(principal, READ, "list API keys")
@@ -109,7 +107,7 @@ def list_my_api_keys(principal: Principal) -> list[ApiKey]:
     return list(ApiKey.objects.filter(user=principal.user, team=team).order_by("-created_at"))
 
 
-@audited("apikey.revoke", "apikey")
+@audited("apikey.revoke", "apikey", atomic=True)
 def revoke_api_key_by_id(principal: Principal, key_id: int) -> ApiKey:
     """Revoke key `key_id` of the acting team (tenants.services.revoke_api_key decides who may)."""
     current().target("apikey", key_id)
@@ -117,13 +115,13 @@ def revoke_api_key_by_id(principal: Principal, key_id: int) -> ApiKey:
     key = ApiKey.objects.select_related("user", "team").filter(pk=key_id, team=team).first()
     if key is None:
         raise NotFound(f"API key {key_id} not found")
-    return _body(tenant_services.revoke_api_key)(principal, key)
+    return unaudited(tenant_services.revoke_api_key)(principal, key)
 
 
 # --- members ---------------------------------------------------------------------------------
 
 
-@audited("membership.list", "team")
+@audited("membership.list", "team", kind=AUDIT_VIEW)
 def list_members(principal: Principal) -> list[Membership]:
     """The team's members with their roles, owners first (owners and admins only)."""
     team = _manager_team(principal, "see the team's members")
@@ -133,7 +131,7 @@ def list_members(principal: Principal) -> list[Membership]:
     return sorted(rows, key=lambda m: (order.get(m.role, 9), m.user.get_username()))
 
 
-@audited("membership.add", "membership")
+@audited("membership.add", "membership", atomic=True)
 def add_member_by_username(principal: Principal, username: str, role: str) -> Membership:
     """Add the existing user `username` to the acting team (no user is created here)."""
     current().target("membership", str(username)[:64])
@@ -146,19 +144,19 @@ def add_member_by_username(principal: Principal, username: str, role: str) -> Me
     user = user_model.objects.filter(**{user_model.USERNAME_FIELD: username}).first()
     if user is None:
         raise InvalidInput(f"no user named {username!r}: they need an account first")
-    return _body(tenant_services.add_member)(principal, team, user, role)
+    return unaudited(tenant_services.add_member)(principal, team, user, role)
 
 
-@audited("membership.change_role", "membership")
+@audited("membership.change_role", "membership", atomic=True)
 def change_member_role(principal: Principal, membership_id: int, role: str) -> Membership:
     membership = _membership(principal, membership_id)
-    return _body(tenant_services.change_role)(principal, membership, role)
+    return unaudited(tenant_services.change_role)(principal, membership, role)
 
 
-@audited("membership.remove", "membership")
+@audited("membership.remove", "membership", atomic=True)
 def remove_member_by_id(principal: Principal, membership_id: int) -> None:
     membership = _membership(principal, membership_id)
-    _body(tenant_services.remove_member)(principal, membership)
+    unaudited(tenant_services.remove_member)(principal, membership)
 
 
 def _membership(principal: Principal, membership_id: int) -> Membership:
@@ -175,7 +173,7 @@ def _membership(principal: Principal, membership_id: int) -> Membership:
 # --- the team's audit log and command history ------------------------------------------------
 
 
-@audited("audit.list", "team")
+@audited("audit.list", "team", kind=AUDIT_VIEW)
 def team_audit_log(
     principal: Principal,
     *,
@@ -209,7 +207,7 @@ def team_audit_log(
     return rows.order_by("-created_at", "-id")
 
 
-@audited("command.list_team", "team")
+@audited("command.list_team", "team", kind=AUDIT_VIEW)
 def team_commands(principal: Principal, *, status: str = "") -> QuerySet[CommandExecution]:
     """Commands run in any of the team's sandboxes, deleted ones included, newest first
     (owners and admins only)."""
@@ -245,9 +243,3 @@ def _manager_team(principal: Principal, doing: str) -> Team:
     if principal.scopes is not None and "admin" not in principal.scopes:
         raise PermissionDenied(f"this API key has no admin scope, needed to {doing}")
     return team
-
-
-def _body(service: Callable[..., Any]) -> Callable[..., Any]:
-    """The undecorated body of an audited tenants service: run inside this module's audited
-    call, it fills that call's audit draft instead of writing a second row."""
-    return cast(Callable[..., Any], service.__wrapped__)  # type: ignore[attr-defined]

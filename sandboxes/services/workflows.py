@@ -9,19 +9,18 @@ audit entry instead (target sandbox, command id, status, ...).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
 from hosts.backends.base import OutputCallback
-from sandboxes import junit
-from sandboxes.auditing import audited, current
-from sandboxes.errors import InvalidInput, NotFound, ServiceError
-from sandboxes.results import RunOnceResult, TestReport, UploadFile
+from sandboxes.contract.errors import InvalidInput, NotFound, ServiceError
+from sandboxes.contract.results import RunOnceResult, TestReport, UploadFile
+from sandboxes.policy.validation import WORKSPACE
+from sandboxes.services import junit
 from sandboxes.services.commands import run_command
 from sandboxes.services.files import read_file, upload_files
 from sandboxes.services.removal import delete_soon
 from sandboxes.services.sandboxes import create_sandbox
-from sandboxes.validation import WORKSPACE
+from tenants.auditing import audited, current, unaudited
 from tenants.principal import Principal
 from tenants.ratelimits import rate_limited
 
@@ -30,12 +29,6 @@ R = TypeVar("R")
 
 DEFAULT_TEST_COMMAND = "python3 -m pytest -q"
 REPORT_MAX_BYTES = 4 * 1024 * 1024
-
-
-def unaudited(service: Callable[P, R]) -> Callable[P, R]:
-    """The service's own body, without the audit row its `audited` wrapper would write
-    (functools.wraps keeps the body as __wrapped__): the workflow's row covers the step."""
-    return service.__wrapped__  # type: ignore[attr-defined]
 
 
 @audited("command.tests", "sandbox")
@@ -121,7 +114,7 @@ def run_once(
     (services/removal.py); a sandbox that could not even be marked deleted is said so
     (deleted false) and removed later by the cleanup task."""
     # run_once itself is rate limited as a creation: its step skips the second check.
-    info = unaudited(unaudited(create_sandbox))(principal, image=image)
+    info = unaudited(create_sandbox)(principal, image=image)
     try:
         if files:
             unaudited(upload_files)(principal, info.id, files)

@@ -11,7 +11,7 @@ from django.core.paginator import Page, Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from sandboxes.errors import NotFound, ServiceError
+from sandboxes.contract.errors import NotFound, ServiceError
 
 PAGE_SIZE = 50
 

@@ -1,7 +1,7 @@
 """The sandbox page's files: browse folders, upload several files, download a file or a
 folder (tar / tar.gz, streamed), view a text file, create or edit a small one.
 
-Downloads are streamed from the sandbox chunk by chunk (sandboxes/streaming.py);
+Downloads are streamed from the sandbox chunk by chunk (sandboxes/http/streaming.py);
 uploads are handed to the service as file objects (Django spools big ones to disk), so no
 transfer is held whole in memory by the page.
 """
@@ -19,9 +19,9 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_POST
 
 from sandboxes import services
-from sandboxes.errors import InvalidInput, ServiceError
+from sandboxes.contract.errors import InvalidInput, ServiceError
+from sandboxes.http.streaming import download as download_response
 from sandboxes.services import UploadSource
-from sandboxes.streaming import download as download_response
 from sandboxes.web.common import attach_error, refused
 from sandboxes.web.principal import identity_for, principal_for, team_required
 from sandboxes.web.sandbox import REFUSED_STATUSES, files_context, render_page

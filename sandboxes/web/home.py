@@ -8,7 +8,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from sandboxes import services
-from sandboxes.errors import PermissionDenied, ServiceError
+from sandboxes.contract.errors import PermissionDenied, ServiceError
 from sandboxes.services.team import TeamUsage, team_usage
 from sandboxes.web.common import attach_error, refused
 from sandboxes.web.forms import CreateSandboxForm

@@ -7,8 +7,8 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from sandboxes import services
-from sandboxes.errors import ServiceError
-from sandboxes.results import HostInfo
+from sandboxes.contract.errors import ServiceError
+from sandboxes.contract.results import HostInfo
 from sandboxes.web.common import refused
 from sandboxes.web.principal import principal_for, team_required
 

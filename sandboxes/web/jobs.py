@@ -13,8 +13,8 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from sandboxes import services
-from sandboxes.errors import ServiceError
-from sandboxes.results import BackgroundCheck
+from sandboxes.contract.errors import ServiceError
+from sandboxes.contract.results import BackgroundCheck
 from sandboxes.web.common import attach_error, refused
 from sandboxes.web.principal import identity_for, principal_for, team_required
 from sandboxes.web.sandbox import REFUSED_STATUSES, render_page

@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
-from sandboxes.errors import ServiceError
+from sandboxes.contract.errors import ServiceError
 from sandboxes.services.team import list_my_api_keys, revoke_api_key_by_id
 from sandboxes.web.common import attach_error, refused
 from sandboxes.web.forms import ApiKeyForm

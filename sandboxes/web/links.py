@@ -16,8 +16,8 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from sandboxes import services
-from sandboxes.errors import ServiceError
-from sandboxes.streaming import download
+from sandboxes.contract.errors import ServiceError
+from sandboxes.http.streaming import download
 from sandboxes.web.principal import principal_for, team_required
 from tenants.apikeys import clean_address
 from tenants.models import Channel

@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from sandboxes import services
-from sandboxes.errors import NotFound, ServiceError
+from sandboxes.contract.errors import NotFound, ServiceError
 from sandboxes.web.common import attach_error, refused
 from sandboxes.web.previews_section import (
     DeployForm,

@@ -21,8 +21,8 @@ from django.http import HttpRequest
 from django.urls import reverse
 
 from sandboxes import services
-from sandboxes.errors import ServiceError
-from sandboxes.results import CommandResult, PreviewInfo
+from sandboxes.contract.errors import ServiceError
+from sandboxes.contract.results import CommandResult, PreviewInfo
 from sandboxes.web.principal import MANAGER_ROLES, identity_for, principal_for
 from sandboxes.web.sandbox_forms import MAX_COMMAND_CHARS
 

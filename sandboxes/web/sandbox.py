@@ -19,8 +19,8 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from sandboxes import services
-from sandboxes.errors import NotFound, ServiceError
-from sandboxes.results import CommandResult, FileEntry, SandboxInfo
+from sandboxes.contract.errors import NotFound, ServiceError
+from sandboxes.contract.results import CommandResult, FileEntry, SandboxInfo
 from sandboxes.web.common import attach_error, paginate, query_without_page, refused
 from sandboxes.web.previews_section import previews_context
 from sandboxes.web.principal import identity_for, principal_for, team_required

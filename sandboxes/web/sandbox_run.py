@@ -37,8 +37,8 @@ from django.utils.html import escape
 from django.views.decorators.http import require_POST
 
 from sandboxes import services
-from sandboxes.errors import ServiceError
-from sandboxes.results import CommandResult
+from sandboxes.contract.errors import ServiceError
+from sandboxes.contract.results import CommandResult
 from sandboxes.web.principal import identity_for, team_required
 from sandboxes.web.sandbox_forms import RunForm
 from tenants.principal import Principal

@@ -8,7 +8,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from sandboxes.errors import ServiceError
+from sandboxes.contract.errors import ServiceError
 from sandboxes.services import team as team_services
 from sandboxes.web.common import attach_error, paginate, query_without_page, refused
 from sandboxes.web.forms import AddMemberForm, AuditFilterForm, CommandFilterForm, RoleForm

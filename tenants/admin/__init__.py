@@ -103,6 +103,7 @@ class TeamAdmin(admin.ModelAdmin):
                 ]
             },
         ),
+        ("Audit", {"fields": ["audit_views"]}),
         (
             "Lifetimes (minutes)",
             {
@@ -203,6 +204,7 @@ class AuditLogAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "created_at",
         "channel",
         "action",
+        "kind",
         "outcome",
         "actor",
         "team",
@@ -210,7 +212,8 @@ class AuditLogAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "target_id",
         "source_address",
     ]
-    list_filter = ["channel", "outcome", "action", "target_type", "team", "created_at"]
+    # kind first: an auditor looks for the changes (and refusals) among reads and views.
+    list_filter = ["kind", "channel", "outcome", "action", "target_type", "team", "created_at"]
     search_fields = [
         "action",
         "target_id",

@@ -19,7 +19,7 @@ from django.db import connections
 
 from hosts.backends.docker.names import SANDBOX_USER
 from sandboxes import services
-from sandboxes.errors import QuotaExceeded
+from sandboxes.contract.errors import QuotaExceeded
 from sandboxes.models import CommandExecution, Sandbox
 from sandboxes.services.background import MAX_BACKGROUND_PER_SANDBOX
 from tenants.principal import Principal

@@ -24,7 +24,7 @@ from hosts.backends.docker import DockerBackend
 from hosts.backends.docker.disk import DEFAULT_DISK_MB, disk_dir
 from hosts.models import Host
 from sandboxes import services
-from sandboxes.errors import InvalidInput, QuotaExceeded
+from sandboxes.contract.errors import InvalidInput, QuotaExceeded
 from sandboxes.housekeeping.reconcile import reconcile
 from sandboxes.models import Sandbox
 from tests.engine import engine_cleaning_up

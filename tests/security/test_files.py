@@ -24,9 +24,9 @@ from rest_framework.test import APIClient
 from hosts.backends import get_backend
 from hosts.backends.base import BackendError
 from sandboxes import services
-from sandboxes.errors import BackendFailure, InvalidInput, NotFound
+from sandboxes.contract.errors import BackendFailure, InvalidInput, NotFound
+from sandboxes.contract.results import UploadFile
 from sandboxes.models import Sandbox
-from sandboxes.results import UploadFile
 from sandboxes.services.files import UploadSource
 from tenants import apikeys
 from tests.fakes import FakeBackend

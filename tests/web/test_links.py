@@ -13,8 +13,8 @@ from django.test import Client
 from django.utils import timezone
 
 from sandboxes import services
-from sandboxes.errors import NotFound, PermissionDenied
-from sandboxes.results import UploadFile
+from sandboxes.contract.errors import NotFound, PermissionDenied
+from sandboxes.contract.results import UploadFile
 from tenants.models import AuditLog, Membership
 from tests.web.test_sandbox_page import read_stream
 

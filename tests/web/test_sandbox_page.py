@@ -21,7 +21,7 @@ from django.test import AsyncClient
 from hosts.backends import reset_backends
 from hosts.backends.base import ExecResult
 from sandboxes import services
-from sandboxes.errors import QuotaExceeded
+from sandboxes.contract.errors import QuotaExceeded
 from sandboxes.models import CommandExecution, Sandbox
 from tenants.models import AuditLog
 from tenants.principal import Principal

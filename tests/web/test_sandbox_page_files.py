@@ -11,8 +11,8 @@ import tarfile
 import pytest
 
 from sandboxes import services
-from sandboxes.errors import InvalidInput
-from sandboxes.results import UploadFile
+from sandboxes.contract.errors import InvalidInput
+from sandboxes.contract.results import UploadFile
 from tenants.models import AuditLog
 from tests.web import test_sandbox_page as page
 from tests.web.conftest import field_errors

@@ -9,7 +9,13 @@ import pytest
 from django.utils import timezone
 
 from sandboxes import services
-from sandboxes.errors import Conflict, InvalidInput, NotFound, PermissionDenied, QuotaExceeded
+from sandboxes.contract.errors import (
+    Conflict,
+    InvalidInput,
+    NotFound,
+    PermissionDenied,
+    QuotaExceeded,
+)
 from sandboxes.models import CommandExecution, Sandbox
 from tenants.models import AuditLog
 from tests.web import test_sandbox_page as page

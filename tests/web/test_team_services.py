@@ -9,7 +9,7 @@ import pytest
 
 from hosts.models import Host, Image
 from sandboxes import services
-from sandboxes.errors import InvalidInput, NotFound, PermissionDenied
+from sandboxes.contract.errors import InvalidInput, NotFound, PermissionDenied
 from sandboxes.services import team
 from tenants import apikeys
 from tenants.models import AuditLog, Channel, Membership, Role

@@ -24,8 +24,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from sandboxes import services
-from sandboxes.errors import ServiceError
-from sandboxes.results import HostInfo, HostKeyInfo
+from sandboxes.contract.errors import ServiceError
+from sandboxes.contract.results import HostInfo, HostKeyInfo
 from tenants.models import Channel
 from tenants.principal import Principal
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 
-from sandboxes import validation
-from sandboxes.errors import NotFound, PermissionDenied
+from sandboxes.contract.errors import NotFound, PermissionDenied
 from sandboxes.models import Sandbox
+from sandboxes.policy import validation
 from tenants.models import Role
 from tenants.prepared import PreparedRead
 from tenants.principal import Principal

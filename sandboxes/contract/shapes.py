@@ -1,4 +1,4 @@
-"""Interface shapes derived from the service results (sandboxes/results.py).
+"""Interface shapes derived from the service results (sandboxes/contract/results.py).
 
 An MCP output model or a REST serializer's model is declared as a Shape of a result: the
 fields, their types and descriptions come from the result; the declaration only chooses the

@@ -1,7 +1,7 @@
 """The result objects the services return: the one description of each result.
 
 Every interface renders these its own way, and every interface's output shape is derived from
-them (sandboxes/shapes.py: a chosen subset of fields, renamed where an interface has always
+them (sandboxes/contract/shapes.py: a chosen subset of fields, renamed where an interface has always
 named a field differently, plus the interface's own fields) instead of repeating the fields
 and their descriptions. Models are frozen and read attributes (`from_attributes`), so a result
 can be built from any object with the same attribute names (e.g. a backend's file entry).
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sandboxes.errors import InvalidInput
+from sandboxes.contract.errors import InvalidInput
 
 if TYPE_CHECKING:
     from sandboxes.models import CommandExecution, Preview, Sandbox

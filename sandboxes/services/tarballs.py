@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import IO
 
-from sandboxes.errors import InvalidInput
+from sandboxes.contract.errors import InvalidInput
 
 SPOOL_BYTES = 1024 * 1024  # an upload's archive is kept in memory up to this, then on disk
 MAX_DOWNLOAD_MEMBERS = 100_000  # entries of any kind read from one download's archive

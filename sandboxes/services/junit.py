@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from typing import Literal, NamedTuple
 
-from sandboxes.results import TestFailure
+from sandboxes.contract.results import TestFailure
 
 MAX_FAILURES = 50
 MAX_MESSAGE_CHARS = 1000

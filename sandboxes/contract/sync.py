@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from sandboxes.results import Result
+from sandboxes.contract.results import Result
 
 
 class ManifestEntry(Result):

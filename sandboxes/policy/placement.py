@@ -12,7 +12,7 @@ from django.db.models import Count, F, Q
 from hosts.backends.base import ProbeResult
 from hosts.backends.gpus import GpuUse, NotEnoughGpus, gpu_pick_cost, pick_gpus
 from hosts.models import Host
-from sandboxes.errors import NoCapacity
+from sandboxes.contract.errors import NoCapacity
 from sandboxes.models import LIVE_STATUSES
 from tenants.models import Team
 

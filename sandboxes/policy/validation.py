@@ -9,7 +9,7 @@ from typing import Any
 
 from django.conf import settings
 
-from sandboxes.errors import InvalidInput
+from sandboxes.contract.errors import InvalidInput
 
 WORKSPACE = "/workspace"
 SANDBOX_ID_RE = re.compile(r"^sb_[a-z0-9]{6,29}$")

@@ -1,0 +1,2 @@
+"""The rules services and housekeeping apply: who may reach which sandbox (access), where a
+new sandbox goes (placement), default limits, and input checks (validation)."""
