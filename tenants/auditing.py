@@ -85,10 +85,10 @@ def change() -> Iterator[AuditDraft]:
     draft = _current.get()
     with transaction.atomic():
         yield current()
-        if draft is not None and draft.principal is not None and not draft.written:
-            if not draft.steps:  # a step's change is not the whole action: its row waits
-                _write(draft.principal, draft, "ok", "")
-                draft.written = True
+        # A step's change (draft.steps) is not the whole action: the action's row waits.
+        if draft is not None and draft.principal is not None and not (draft.written or draft.steps):
+            _write(draft.principal, draft, "ok", "")
+            draft.written = True
 
 
 def _clean(value: Any) -> Any:
