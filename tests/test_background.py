@@ -74,6 +74,7 @@ def test_start_returns_at_once_and_queues_its_supervisor(
     assert audit_actions(fake_sandbox) == [("command.background.start", "ok")]
 
 
+@pytest.mark.audit_views
 def test_check_reads_live_then_records_the_end(fake_sandbox, as_alice, fake_backend):
     result = services.start_background(
         as_alice, fake_sandbox, "echo one; echo two; sleep 0.3; echo three; exit 4"
@@ -155,6 +156,7 @@ def test_cancel_of_a_finished_command_keeps_its_result(fake_sandbox, as_alice):
     assert (outcome.status, outcome.exit_code, outcome.output) == ("succeeded", 0, "quick\n")
 
 
+@pytest.mark.audit_views
 def test_other_team_gets_not_found_and_viewer_is_refused(fake_sandbox, as_alice, as_bob, as_victor):
     result = services.start_background(as_alice, fake_sandbox, "sleep 60")
     calls = [

@@ -46,6 +46,7 @@ def sandbox(transactional_db, real_docker, as_alice, engine):
     )
 
 
+@pytest.mark.audit_views
 @pytest.mark.docker
 def test_background_command_outlives_its_request(sandbox, as_alice, engine, qcluster):  # noqa: F811
     script = "echo begin; for i in 1 2 3 4 5; do sleep 1; echo tick $i; done; echo oops >&2; exit 3"
@@ -82,6 +83,7 @@ def test_background_command_outlives_its_request(sandbox, as_alice, engine, qclu
     assert CommandExecution.objects.filter(sandbox__public_id=sandbox).count() == 1
 
 
+@pytest.mark.audit_views
 @pytest.mark.docker
 def test_cancel_kills_every_process_of_the_command(sandbox, as_alice, engine, qcluster):  # noqa: F811
     script = "sleep 301 & setsid sleep 302 & (trap '' TERM; sleep 303) & sleep 304"
@@ -165,6 +167,7 @@ def test_max_runtime_exceeded_is_timed_out_and_killed(sandbox, as_alice, engine,
     assert "sleep 30" not in processes(engine, sandbox)
 
 
+@pytest.mark.audit_views
 @pytest.mark.docker
 def test_access_on_the_real_engine(sandbox, as_alice, as_bob, as_victor, engine):
     result = services.start_background(as_alice, sandbox, "sleep 30")

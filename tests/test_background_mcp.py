@@ -81,6 +81,7 @@ def test_tools_are_typed_with_limits(asgi_server, world):
     assert tools["check_background"].annotations.read_only_hint is True
 
 
+@pytest.mark.audit_views
 def test_start_check_finish_then_cancel_another(asgi_server, world, shared_sandbox):
     script = "echo begin; sleep 2; echo end >&2; exit 3"
     start = last_audit_id()
@@ -193,6 +194,7 @@ def test_another_teams_key_gets_not_found(asgi_server, world, shared_sandbox, ru
 @pytest.mark.parametrize(
     "key_name, reason", [("alice_read", "no write scope"), ("victor", "a viewer may not")]
 )
+@pytest.mark.audit_views
 def test_read_scope_and_viewer_keys_may_check_but_not_start_or_cancel(
     asgi_server, world, shared_sandbox, running_task, key_name, reason
 ):

@@ -50,6 +50,7 @@ def until_ended(client: APIClient, url: str, timeout: float = 20.0) -> dict:
         time.sleep(0.2)
 
 
+@pytest.mark.audit_views
 def test_start_check_finish_then_cancel_another(world, shared_sandbox):
     client = client_for(world, "alice")
     base = f"{API}/sandboxes/{shared_sandbox}/background/"
@@ -153,6 +154,7 @@ def test_another_teams_key_gets_not_found(world, shared_sandbox, running_task):
 @pytest.mark.parametrize(
     "key_name, reason", [("alice_read", "no write scope"), ("victor", "a viewer may not")]
 )
+@pytest.mark.audit_views
 def test_read_scope_and_viewer_keys_may_check_but_not_start_or_cancel(
     world, shared_sandbox, running_task, key_name, reason
 ):

@@ -161,6 +161,7 @@ def test_removing_the_membership_disables_the_key_at_once(asgi_server, world):
     assert response.status_code == 401
 
 
+@pytest.mark.audit_views
 def test_every_call_leaves_an_mcp_audit_row(asgi_server, world, shared_sandbox):
     calls = [
         ("list_hosts", {}),

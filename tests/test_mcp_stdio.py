@@ -12,7 +12,7 @@ from fastmcp.client.transports import StdioTransport
 
 from sandboxes.models import Sandbox
 from tenants import apikeys
-from tenants.models import AuditLog, Channel
+from tenants.models import AuditLog, Channel, Team
 from tests import mcp_fixtures as fx
 from tests.mcp_fixtures import (
     CALC,
@@ -41,6 +41,15 @@ def stdio(key: str | None, progress_handler=None, **env: str) -> Client:
     return Client(transport, timeout=120, progress_handler=progress_handler)
 
 
+@pytest.fixture
+def team_audits_views(world):
+    """The server runs in a process of its own: its team asks for views in the database."""
+    Team.objects.filter(pk=world.team_a.pk).update(audit_views=True)
+    yield
+    Team.objects.filter(pk=world.team_a.pk).update(audit_views=False)
+
+
+@pytest.mark.usefixtures("team_audits_views")
 def test_flow_over_stdio(world):
     start = AuditLog.objects.order_by("-id").values_list("id", flat=True).first() or 0
     progress: list[str] = []

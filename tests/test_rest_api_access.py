@@ -100,6 +100,7 @@ def test_removing_the_membership_disables_the_key_at_once(world):
     assert client.get(f"{API}/hosts/").status_code == 401
 
 
+@pytest.mark.audit_views
 def test_every_call_leaves_an_api_audit_row(world, shared_sandbox):
     client = client_for(world, "alice")
     base = f"{API}/sandboxes/{shared_sandbox}"

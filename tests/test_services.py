@@ -72,6 +72,7 @@ def test_uploads_outside_the_workspace_are_refused(sandbox, as_alice):
             services.write_file(as_alice, sandbox.id, path, "x")
 
 
+@pytest.mark.audit_views
 def test_every_call_leaves_one_audit_row(sandbox, as_alice):
     calls = [
         lambda: services.get_sandbox(as_alice, sandbox.id),
@@ -333,6 +334,7 @@ def test_download_limit_is_enforced(sandbox, as_alice):
         services.download_files(as_alice, sandbox.id, ["big.bin"], max_bytes=1000)
 
 
+@pytest.mark.audit_views
 def test_audit_row_names_the_api_key(sandbox, alice, team_a):
     from tenants.principal import Principal
 

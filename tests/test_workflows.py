@@ -194,6 +194,7 @@ def as_key(key):
     return apikeys.principal_for(key, Channel.MCP)
 
 
+@pytest.mark.audit_views
 def test_select_and_get_the_active_sandbox(sandbox, key, as_key):
     start = last_id()
     assert selection.get_active_sandbox(as_key, key.pk) is None

@@ -49,6 +49,7 @@ def test_no_host_empty_state(login, alice):
     assert "No host is available to your team" in page
 
 
+@pytest.mark.audit_views
 def test_listing_is_audited(login, alice, docker_host):
     from tenants.models import AuditLog
 

@@ -142,6 +142,7 @@ def test_viewer_refused_on_member_changes(login, victor, mallory, team_a):
 # --- audit log -------------------------------------------------------------------------------
 
 
+@pytest.mark.audit_views
 def test_audit_log_shows_my_team_and_filters(login, alice, as_alice, as_bob, bob, fake_backend):
     services.create_sandbox(as_alice, name="a1")
     services.create_sandbox(as_bob, name="b1")
@@ -181,6 +182,7 @@ def test_audit_log_bad_filter_beside_the_field(login, alice):
     assert any("valid choice" in e for e in field_errors(response.content.decode(), "channel"))
 
 
+@pytest.mark.audit_views
 def test_audit_log_paginates(login, alice, as_alice, fake_backend):
     for _ in range(60):
         services.list_sandboxes(as_alice)

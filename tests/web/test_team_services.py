@@ -22,6 +22,7 @@ def rows(action: str) -> list[AuditLog]:
     return list(AuditLog.objects.filter(action=action))
 
 
+@pytest.mark.audit_views
 def test_usage_against_limits(as_alice, as_bob, team_a, fake_backend):
     services.create_sandbox(as_alice, cpus=1.5, memory_mb=512, disk_mb=100)
     services.create_sandbox(as_alice, cpus=0.5, memory_mb=256, disk_mb=200)
@@ -52,6 +53,7 @@ def test_usage_needs_a_member(alice, bob, team_a):
     assert rows("team.usage")[0].outcome == "forbidden"
 
 
+@pytest.mark.audit_views
 def test_my_keys(as_alice, alice, mallory, team_a, team_b, bob):
     mine = apikeys.create_key(alice, team_a, name="mine").key
     apikeys.create_key(mallory, team_a, name="theirs")
@@ -73,6 +75,7 @@ def test_revoke_by_id_one_row_and_not_found_across_teams(as_alice, alice, bob, t
     assert [r.outcome for r in rows("apikey.revoke")] == ["not_found", "ok"]
 
 
+@pytest.mark.audit_views
 def test_members_owners_first_managers_only(as_alice, as_victor, mallory, victor):
     names = [m.user.username for m in team.list_members(as_alice)]
     assert names == ["alice", "mallory", "victor"]
@@ -129,6 +132,7 @@ def test_audit_log_team_only_and_filters(as_alice, as_bob, as_victor, fake_backe
         team.team_audit_log(as_victor)
 
 
+@pytest.mark.audit_views
 def test_team_commands(as_alice, as_bob, as_victor, fake_backend):
     mine = services.create_sandbox(as_alice)
     theirs = services.create_sandbox(as_bob)
