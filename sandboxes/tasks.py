@@ -6,20 +6,15 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
-import socket
 import time
 import uuid
-from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
-from django.db import transaction
-from django.utils import timezone
 from django_q.conf import Conf
 from django_q.tasks import async_task
 
 from sandboxes import services
+from sandboxes.housekeeping import leases
 from sandboxes.models import CommandExecution, CommandStatus
 from tenants.principal import Principal
 
@@ -57,10 +52,6 @@ def refill_pools() -> dict[str, Any]:
 
 POLL_SECONDS = 1.0  # between two looks at a running command
 SLICE_SECONDS = 20.0  # one task supervises this long, then queues its continuation
-LEASE_SECONDS = 15.0  # a supervisor that has not renewed its lease for this long is gone
-RENEW_SECONDS = 5.0  # how often a supervisor renews its lease (one write, not one per poll)
-# A supervisor task queued but not started yet (workers busy) holds the command this long.
-QUEUED_LEASE_SECONDS = 120.0
 SUPERVISE = "sandboxes.tasks.supervise_background"
 
 
@@ -96,8 +87,9 @@ def supervise_background(command_id: int, token: str | None = None) -> str:
     by default); when it does come back it finds the lease taken or the command over and
     returns. The row is the only record of who supervises, so every delivery is harmless.
 
-    The lease is bookkeeping about workers, so it lives here; what a look at the command
-    means (its status, its kill, its record) is decided in services.background_tick.
+    The lease is bookkeeping about workers (sandboxes/housekeeping/leases.py); what a look at
+    the command means (its status, its kill, its record) is decided in
+    services.background_tick.
 
     Slices. One task watches for SLICE_SECONDS (less if the cluster's timeout or retry is
     shorter), then queues its continuation under the same token and returns: a job that
@@ -109,7 +101,7 @@ def supervise_background(command_id: int, token: str | None = None) -> str:
     system = Principal.system()
     stop_at = time.monotonic() + _slice_seconds()
     while True:
-        if not _hold_lease(command_id, token):
+        if not leases.hold(command_id, token):
             return "supervised elsewhere, or over"
         if services.background_tick(system, command_id):
             return "over"
@@ -124,8 +116,8 @@ def recover_background() -> dict[str, Any]:
     requeued = []
     for pk, started_at in running.values_list("pk", "started_at"):
         token = uuid.uuid4().hex
-        if _take_lease(
-            pk, _queued_lease(token), functools.partial(_orphaned, started_at=started_at)
+        if leases.take(
+            pk, leases.queued(token), functools.partial(leases.orphaned, started_at=started_at)
         ):
             async_task(SUPERVISE, pk, token, task_name=f"supervise-background-{pk}")
             requeued.append(pk)
@@ -153,114 +145,7 @@ def _slice_seconds() -> float:
 
 def _continue_later(command_id: int, token: str) -> bool:
     """Queue the next slice under our token, if the command is still ours."""
-    if not _take_lease(command_id, _queued_lease(token), lambda lease: _ours(lease, token)):
+    if not leases.take(command_id, leases.queued(token), lambda lease: leases.ours(lease, token)):
         return False
     async_task(SUPERVISE, command_id, token, task_name=f"supervise-background-{command_id}")
     return True
-
-
-def _hold_lease(command_id: int, token: str) -> bool:
-    """Take or renew our lease; False when another live supervisor has it, or it is over."""
-    state = (
-        CommandExecution.objects.filter(pk=command_id, status=CommandStatus.RUNNING)
-        .values_list("background_state", flat=True)
-        .first()
-    )
-    if state is None:
-        return False
-    lease: dict[str, Any] | None = (state or {}).get("supervisor")
-    fresh = (
-        lease is not None
-        and _ours(lease, token)
-        and lease["until"] - time.time() > LEASE_SECONDS - RENEW_SECONDS
-    )
-    if fresh and lease is not None and lease.get("pid") == os.getpid():
-        return True  # we renewed it a moment ago: no write
-    return _take_lease(command_id, _holder_lease(token), lambda old: _free_for(old, token))
-
-
-def _take_lease(
-    command_id: int, lease: dict[str, Any], allowed: Callable[[dict[str, Any] | None], bool]
-) -> bool:
-    """Compare-and-set of the lease under a row lock (an IMMEDIATE transaction on SQLite)."""
-    with transaction.atomic():
-        row = (
-            CommandExecution.objects.select_for_update()
-            .filter(pk=command_id, status=CommandStatus.RUNNING)
-            .only("background_state")
-            .first()
-        )
-        if row is None or not allowed((row.background_state or {}).get("supervisor")):
-            return False
-        state = {**(row.background_state or {}), "supervisor": lease}
-        CommandExecution.objects.filter(pk=command_id).update(background_state=state)
-    return True
-
-
-def _holder_lease(token: str) -> dict[str, Any]:
-    pid = os.getpid()
-    return {
-        "token": token,
-        "until": time.time() + LEASE_SECONDS,
-        "host": socket.gethostname(),
-        "pid": pid,
-        "pstart": _process_start(pid),
-    }
-
-
-def _queued_lease(token: str) -> dict[str, Any]:
-    return {"token": token, "until": time.time() + QUEUED_LEASE_SECONDS}
-
-
-def _ours(lease: dict[str, Any] | None, token: str) -> bool:
-    return lease is not None and lease.get("token") == token
-
-
-def _free_for(lease: dict[str, Any] | None, token: str) -> bool:
-    return _ours(lease, token) or _orphaned(lease, None)
-
-
-def _orphaned(lease: dict[str, Any] | None, started_at: datetime | None) -> bool:
-    """Nobody supervises: the lease ran out, or its holder's process is gone."""
-    if not lease:
-        # Its first supervisor is queued by start_background: give that one its chance.
-        if started_at is None:
-            return True
-        return (timezone.now() - started_at).total_seconds() > QUEUED_LEASE_SECONDS
-    if float(lease.get("until") or 0) < time.time():
-        return True
-    pid = lease.get("pid")
-    if not pid or lease.get("host") != socket.gethostname():
-        return False  # a holder on another machine: only its lease's expiry tells
-    return not _process_alive(int(pid), lease.get("pstart"))
-
-
-def _process_start(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (Linux), to tell a reused pid."""
-    fields = _proc_stat(pid)
-    return fields[19] if fields else None
-
-
-def _process_alive(pid: int, start: str | None) -> bool:
-    fields = _proc_stat(pid)
-    if fields is not None:
-        return fields[0] not in ("Z", "X") and (start is None or fields[19] == start)
-    if os.path.isdir("/proc/self"):
-        return False  # Linux, and no such process
-    try:
-        os.kill(pid, 0)  # elsewhere: ask the kernel (a reused pid reads as alive)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _proc_stat(pid: int) -> list[str] | None:
-    """Fields of /proc/PID/stat after the command name: state, ppid, ..., starttime at 19."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return fields if len(fields) > 19 else None

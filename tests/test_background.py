@@ -19,6 +19,7 @@ from django_q.signing import SignedPackage
 
 from sandboxes import services, tasks
 from sandboxes.contract.errors import InvalidInput, NotFound, PermissionDenied, QuotaExceeded
+from sandboxes.housekeeping import leases
 from sandboxes.models import CommandExecution, Sandbox
 from sandboxes.services import jobs
 from tenants.models import AuditLog
@@ -212,7 +213,7 @@ def _lease(command_id: int, **lease) -> None:
 def test_recovery_requeues_only_commands_without_a_live_supervisor(fake_sandbox, as_alice):
     ids = [services.start_background(as_alice, fake_sandbox, "sleep 60").id for _ in range(5)]
     dead, expired, live, young, old = ids
-    host = tasks.socket.gethostname()
+    host = leases.socket.gethostname()
     _lease(dead, token="t1", until=time.time() + 60, host=host, pid=2**22 + 7, pstart="1")
     _lease(expired, token="t2", until=time.time() - 1, host="elsewhere", pid=1)
     _lease(
@@ -221,7 +222,7 @@ def test_recovery_requeues_only_commands_without_a_live_supervisor(fake_sandbox,
         until=time.time() + 60,
         host=host,
         pid=os.getpid(),
-        pstart=tasks._process_start(os.getpid()),
+        pstart=leases.process_start(os.getpid()),
     )
     # `young` has no lease yet: its first supervisor is still queued.
     CommandExecution.objects.filter(pk=old).update(started_at=timezone.now() - timedelta(hours=1))
@@ -238,9 +239,9 @@ def test_a_second_supervisor_steps_back(fake_sandbox, as_alice, fast_supervisor)
         result.id,
         token="other",
         until=time.time() + 60,
-        host=tasks.socket.gethostname(),
+        host=leases.socket.gethostname(),
         pid=os.getpid(),
-        pstart=tasks._process_start(os.getpid()),
+        pstart=leases.process_start(os.getpid()),
     )
     assert tasks.supervise_background(result.id) == "supervised elsewhere, or over"
     assert CommandExecution.objects.get(pk=result.id).status == "running"
