@@ -27,10 +27,10 @@ from django.db import IntegrityError, transaction
 from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
+from dbkit.prepared import PreparedRead
 from tenants import ratelimits
 from tenants.errors import InvalidInput
 from tenants.models import ApiKey, ApiKeyScope, Channel, Membership, Team
-from tenants.prepared import PreparedRead
 from tenants.principal import Principal
 
 logger = logging.getLogger("sandhub.apikeys")
@@ -198,7 +198,7 @@ def authenticate(
 
 
 # One query: the key, its user and team, and whether the user is still a member; compiled
-# once (tenants/prepared.py). The prefix is unique: no ordering (.first() would add one).
+# once (dbkit/prepared.py). The prefix is unique: no ordering (.first() would add one).
 _key_by_prefix: PreparedRead[ApiKey] = PreparedRead(
     lambda prefix: (
         ApiKey.objects.select_related("user", "team")

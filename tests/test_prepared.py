@@ -1,4 +1,4 @@
-"""Reads compiled once (tenants/prepared.py): the same objects as the ORM's own iteration,
+"""Reads compiled once (dbkit/prepared.py): the same objects as the ORM's own iteration,
 one query each time, per-thread compilation, and a clear refusal of placeholders that do not
 reach the SQL as they are."""
 
@@ -11,11 +11,11 @@ from django.db import connection, connections
 from django.db.models import Model
 from django.test.utils import CaptureQueriesContext
 
+from dbkit.prepared import PreparedRead
 from sandboxes import services
 from sandboxes.policy import access
 from tenants import apikeys
 from tenants.models import ApiKey, Membership, Role
-from tenants.prepared import PreparedRead
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

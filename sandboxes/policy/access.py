@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 
+from dbkit.prepared import PreparedRead
 from sandboxes.contract.errors import NotFound, PermissionDenied
 from sandboxes.models import Sandbox
 from sandboxes.policy import validation
 from tenants.models import Role
-from tenants.prepared import PreparedRead
 from tenants.principal import Principal
 
 READ, WRITE = "read", "write"
@@ -63,7 +63,7 @@ def sandboxes_of(principal: Principal):
     return queryset.filter(team=principal.team)
 
 
-# Every call on a sandbox reads it like this: compiled once (tenants/prepared.py).
+# Every call on a sandbox reads it like this: compiled once (dbkit/prepared.py).
 _team_sandbox: PreparedRead[Sandbox] = PreparedRead(
     lambda team_id, public_id: (
         _visible_sandboxes().filter(team_id=team_id, public_id=public_id).order_by()[:1]
