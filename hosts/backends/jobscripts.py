@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 
 from hosts.backends.base import BackendError, JobStatus
+from hosts.backends.options import JobOptions
+from hosts.backends.place import SandboxPlace
 
 KILL_AFTER = 2  # seconds between SIGTERM and SIGKILL, for timeouts and cancels alike
 # The end-of-job sweep, as the exec wrapper's (execscripts.py): young running holders of the
@@ -313,6 +316,33 @@ def job_dict(
         "timeout": timeout,
         "log_keep": keep,  # 0 (or missing, for jobs started before): one uncapped log
     }
+
+
+@dataclass(frozen=True)
+class JobLaunch:
+    """What starting a job takes, on either path: its id and time limit, its directory and
+    log keep, and RUNNER's arguments (the command's argv follows them)."""
+
+    job_id: str
+    timeout: float | None
+    directory: str
+    keep: int
+    runner_args: list[str]
+
+    def job(self, pid: int) -> dict[str, Any]:
+        return job_dict(self.job_id, self.directory, pid, self.timeout, self.keep)
+
+
+def job_launch(
+    place: SandboxPlace, state: dict[str, Any], argv: list[str], options: JobOptions
+) -> JobLaunch:
+    """Check a job's start (InvalidInput-like BackendErrors) and lay it out in the sandbox."""
+    job_id, timeout = options["job_id"], options.get("timeout")
+    check_job(argv, job_id, timeout)
+    directory = place.job_dir(state, job_id)
+    keep = log_keep_bytes()
+    args = runner_args(directory, place.host_path(state, options["cwd"]), timeout, keep)
+    return JobLaunch(job_id, timeout, directory, keep, args)
 
 
 def poll_args(job: dict[str, Any], tail_bytes: int) -> list[str]:

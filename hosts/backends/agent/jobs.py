@@ -33,12 +33,9 @@ from hosts.backends.jobscripts import (
     KILL_AFTER,
     POLL,
     RUNNER,
-    check_job,
-    job_dict,
-    log_keep_bytes,
+    job_launch,
     parse_status,
     poll_args,
-    runner_args,
 )
 from hosts.backends.options import JobOptions
 
@@ -55,22 +52,17 @@ class AgentJobs:
         self, state: dict[str, Any], argv: list[str], **options: Unpack[JobOptions]
     ) -> dict[str, Any]:
         """Start argv detached (SandboxBackend.start_background); the job dict."""
-        job_id, timeout = options["job_id"], options.get("timeout")
-        cwd, env = options["cwd"], options["env"]
-        check_job(argv, job_id, timeout)
-        place = self.link.place
-        directory = place.job_dir(state, job_id)
-        keep = log_keep_bytes()
-        args = runner_args(directory, place.host_path(state, cwd), timeout, keep)
-        runner = ["nohup", "sh", "-c", RUNNER, "sandhub-job", *args]
-        environment = place.environment(state, env)
+        launch = job_launch(self.link.place, state, argv, options)
+        job_id, directory = launch.job_id, launch.directory
+        runner = ["nohup", "sh", "-c", RUNNER, "sandhub-job", *launch.runner_args]
+        environment = self.link.place.environment(state, options["env"])
         try:
             pid = self.link.call(
                 state, lambda c: c.start_job(job_id, directory, [*runner, *argv], environment)
             )
         except OSError as exc:  # the job's directory could not be made (it exists, say)
             raise BackendError(f"could not start job {job_id}: {exc}") from exc
-        return job_dict(job_id, directory, pid, timeout, keep)
+        return launch.job(pid)
 
     def poll_background(
         self, state: dict[str, Any], job: dict[str, Any], tail_bytes: int

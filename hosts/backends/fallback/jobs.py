@@ -36,12 +36,9 @@ from hosts.backends.jobscripts import (
     POLL,
     RUNNER,
     START,
-    check_job,
-    job_dict,
-    log_keep_bytes,
+    job_launch,
     parse_status,
     poll_args,
-    runner_args,
 )
 from hosts.backends.options import JobOptions
 
@@ -61,23 +58,17 @@ class PlainJobs:
         self, state: dict[str, Any], argv: list[str], **options: Unpack[JobOptions]
     ) -> dict[str, Any]:
         """Start argv detached (SandboxBackend.start_background); the job dict."""
-        job_id, timeout = options["job_id"], options.get("timeout")
-        cwd, env = options["cwd"], options["env"]
-        check_job(argv, job_id, timeout)
-        place = self.commands.place
-        directory = place.job_dir(state, job_id)
-        keep = log_keep_bytes()
-        args = runner_args(directory, place.host_path(state, cwd), timeout, keep)
-        result = self.commands.script(
-            state, START, "sandhub-start", job_id, *args, RUNNER, *argv, cap=_START_CAP, env=env
-        )
+        launch = job_launch(self.commands.place, state, argv, options)
+        job_id = launch.job_id
+        start = [START, "sandhub-start", job_id, *launch.runner_args, RUNNER, *argv]
+        result = self.commands.script(state, *start, cap=_START_CAP, env=options["env"])
         if result.exit_code != 0:
             raise BackendError(f"could not start job {job_id}: {result.stderr or result.exit_code}")
         try:
             pid = int(result.stdout.decode().strip())
         except ValueError as exc:
             raise BackendError(f"job {job_id} reported no pid: {result.stdout[:200]!r}") from exc
-        return job_dict(job_id, directory, pid, timeout, keep)
+        return launch.job(pid)
 
     def poll_background(
         self, state: dict[str, Any], job: dict[str, Any], tail_bytes: int
