@@ -1,20 +1,30 @@
-"""Shared fixtures: two tenants (team A, team B), users with each role, hosts and images.
+"""Fixtures every area uses: two tenants (team A, team B), users with each role, hosts and
+images, the in-memory and the real Docker backend; and the live server on a committed module
+database (its helpers: tests/live.py), which the MCP, REST, web, previews, security, client
+and SSH tests share.
 
 Like healthchecks' two-tenant base test case: every access test has another team at hand.
 """
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Iterator
+
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core.management import call_command
 
 from hosts.backends import reset_backends
 from hosts.models import Host, Image
 from platform_site.private_files import restrict_umask
+from sandboxes import services
 from tenants.models import Channel, Membership, Role, Team
 from tenants.principal import Principal
 from tests.fakes import FakeBackend
+from tests.live import World, build_world, free_port, on_test_database
 
 # The platform's processes run with umask 077 (platform_site/private_files.py), and importing
 # the ASGI application sets it in whichever process does: the tests run under it from the
@@ -125,3 +135,70 @@ def removals_done():
 def fast_password_hashing(settings):
     """Users are made in almost every test; the real hasher costs ~0.2 s each."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+# --- the live server, on a database committed for the whole module ---------------------------
+
+
+@pytest.fixture(scope="module")
+def live_db(django_db_setup, django_db_blocker) -> Iterator[None]:
+    """Database access for the whole module, committed (no per-test transaction).
+
+    pytest-django sets up the test database only when some collected test is marked for the
+    database; these modules' tests are not (a per-test transaction would hide the data from
+    the server thread and the subprocess), so when run alone they set it up themselves. The
+    flush at the end runs only on a test database, never on the real one.
+    """
+    from django.test.utils import setup_databases, teardown_databases
+
+    with django_db_blocker.unblock():
+        created = None
+        if not on_test_database():
+            created = setup_databases(verbosity=0, interactive=False, aliases={"default"})
+        if not on_test_database():
+            raise RuntimeError("refusing to run against the real database")
+        try:
+            yield
+        finally:
+            call_command("flush", interactive=False, verbosity=0)
+            if created is not None:
+                teardown_databases(created, verbosity=0)
+
+
+@pytest.fixture(scope="module")
+def world(live_db) -> Iterator[World]:
+    """The module's committed world (tests/live.py): teams, users, API keys, a Docker host."""
+    reset_backends()
+    yield build_world()
+    reset_backends()
+
+
+@pytest.fixture(scope="module")
+def shared_sandbox(world) -> Iterator[str]:
+    """One running sandbox of team A (the image carries pytest), for the whole module."""
+    principal = world.principal()
+    info = services.create_sandbox(principal, memory_mb=512)
+    yield info.id
+    services.delete_sandbox(principal, info.id)
+
+
+@pytest.fixture(scope="module")
+def asgi_server(live_db) -> Iterator[str]:
+    """platform_site.asgi (Django + MCP) under uvicorn on a free loopback port."""
+    import uvicorn
+
+    from platform_site.asgi import application
+
+    port = free_port()
+    config = uvicorn.Config(application, host="127.0.0.1", port=port, log_level="warning")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="live-uvicorn", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 15
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the live server did not start")
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=15)

@@ -16,15 +16,7 @@ from fastmcp import Client
 from sandboxes import services
 from sandboxes.models import CommandExecution
 from tenants.models import AuditLog, Channel
-from tests import mcp_fixtures as fx
-from tests.mcp_fixtures import run
-
-live_db, asgi_server, shared_sandbox, world = (
-    fx.live_db,
-    fx.asgi_server,
-    fx.shared_sandbox,
-    fx.world,
-)
+from tests.live import run
 
 pytestmark = [
     pytest.mark.docker,

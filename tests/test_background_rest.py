@@ -16,9 +16,6 @@ from rest_framework.test import APIClient
 from sandboxes import services
 from sandboxes.models import CommandExecution
 from tenants.models import AuditLog, Channel
-from tests import mcp_fixtures as fx
-
-live_db, shared_sandbox, world = fx.live_db, fx.shared_sandbox, fx.world
 
 pytestmark = pytest.mark.docker
 API = "/api/v1"

@@ -15,21 +15,12 @@ from fastmcp.exceptions import ToolError
 
 from sandboxes.models import Sandbox
 from tenants.models import AuditLog
-from tests import mcp_fixtures as fx
-from tests.mcp_fixtures import (
+from tests.live import (
     CALC,
     EXPECTED_TOOLS,
     TEST_CALC,
     mcp,
     run,
-)
-
-# The shared module-scoped fixtures (pytest finds fixtures by name in the module).
-live_db, asgi_server, shared_sandbox, world = (
-    fx.live_db,
-    fx.asgi_server,
-    fx.shared_sandbox,
-    fx.world,
 )
 
 pytestmark = [

@@ -12,16 +12,7 @@ import pytest
 
 from sandboxes.models import CommandExecution, Sandbox
 from tenants.models import ApiKey, AuditLog, Channel, Membership
-from tests import mcp_fixtures as fx
-from tests.mcp_fixtures import mcp, run
-
-# The shared module-scoped fixtures (pytest finds fixtures by name in the module).
-live_db, asgi_server, shared_sandbox, world = (
-    fx.live_db,
-    fx.asgi_server,
-    fx.shared_sandbox,
-    fx.world,
-)
+from tests.live import mcp, run
 
 pytestmark = [
     pytest.mark.docker,

@@ -13,8 +13,7 @@ from fastmcp.client.transports import StdioTransport
 from sandboxes.models import Sandbox
 from tenants import apikeys
 from tenants.models import AuditLog, Channel
-from tests import mcp_fixtures as fx
-from tests.mcp_fixtures import (
+from tests.live import (
     CALC,
     EXPECTED_TOOLS,
     ROOT,
@@ -23,8 +22,6 @@ from tests.mcp_fixtures import (
     run,
     subprocess_env,
 )
-
-live_db, world = fx.live_db, fx.world
 
 pytestmark = pytest.mark.docker
 

@@ -9,15 +9,7 @@ import time
 import pytest
 
 from sandboxes.models import CommandExecution
-from tests import mcp_fixtures as fx
-from tests.mcp_fixtures import mcp, run
-
-live_db, asgi_server, shared_sandbox, world = (
-    fx.live_db,
-    fx.asgi_server,
-    fx.shared_sandbox,
-    fx.world,
-)
+from tests.live import mcp, run
 
 pytestmark = [
     pytest.mark.docker,

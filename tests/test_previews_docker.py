@@ -28,11 +28,9 @@ from sandboxes import services
 from sandboxes.models import Preview, Sandbox
 from sandboxes.results import UploadFile
 from sandboxes.services import previews_tokens
-from tests import mcp_fixtures as fx
-from tests.mcp_fixtures import World, run
+from tests.live import World, run
 from tests.test_docker_backend import MIB, _peak_rss, _reset_peak_rss
 
-live_db, asgi_server, world = fx.live_db, fx.asgi_server, fx.world
 pytestmark = [
     pytest.mark.docker,
     pytest.mark.filterwarnings("ignore:The logging capability is deprecated"),

@@ -21,12 +21,9 @@ from sandboxes import services
 from sandboxes.errors import BackendFailure
 from sandboxes.models import CommandExecution, Preview
 from tenants.principal import Principal
-from tests import mcp_fixtures as fx
 from tests.fakes import FakeBackend
-from tests.mcp_fixtures import run
+from tests.live import run
 from tests.test_previews_services import PAGE, _App, ask, http_get
-
-live_db, asgi_server, world = fx.live_db, fx.asgi_server, fx.world
 
 pytestmark = pytest.mark.filterwarnings("ignore:The logging capability is deprecated")
 API = "/api/v1"

@@ -36,13 +36,11 @@ from hosts.models import Host
 from sandboxes import services
 from sandboxes.models import Preview, Sandbox
 from tenants.principal import Principal
-from tests import mcp_fixtures as fx
-from tests.mcp_fixtures import World, run
+from tests.live import World, run
 from tests.sshd import Sshd
 from tests.test_ssh_interfaces import register
 from tests.test_ssh_provision import SUDO_USER, server  # noqa: F401 - a fixture
 
-live_db, asgi_server, world = fx.live_db, fx.asgi_server, fx.world
 pytestmark = pytest.mark.filterwarnings("ignore:The logging capability is deprecated")
 FIXTURES = Path(__file__).parent / "fixtures" / "previews"
 DOWNLOAD_BYTES = 8_000_000

@@ -16,15 +16,7 @@ from rest_framework.test import APIClient
 from sandboxes import services
 from sandboxes.models import Sandbox
 from tenants.models import AuditLog, Channel, Membership
-from tests import mcp_fixtures as fx
-from tests.mcp_fixtures import CALC, TEST_CALC
-
-asgi_server, live_db, shared_sandbox, world = (
-    fx.asgi_server,
-    fx.live_db,
-    fx.shared_sandbox,
-    fx.world,
-)
+from tests.live import CALC, TEST_CALC
 
 pytestmark = pytest.mark.docker
 API = "/api/v1"

@@ -13,15 +13,7 @@ from rest_framework.test import APIClient
 from sandboxes import services
 from sandboxes.models import CommandExecution, Sandbox
 from tenants.models import AuditLog, Channel, Membership
-from tests import mcp_fixtures as fx
 from tests.test_rest_api import API, client_for
-
-asgi_server, live_db, shared_sandbox, world = (
-    fx.asgi_server,
-    fx.live_db,
-    fx.shared_sandbox,
-    fx.world,
-)
 
 pytestmark = pytest.mark.docker
 

@@ -34,7 +34,7 @@ from hosts.backends.docker.names import SANDBOX_USER
 from sandboxes import services
 from sandboxes.models import CommandExecution, Sandbox
 from tenants import apikeys
-from tests.mcp_fixtures import free_port
+from tests.live import free_port
 from tests.qcluster import subprocess_database_url
 
 pytestmark = pytest.mark.docker

@@ -1,5 +1,5 @@
 """SSH sandboxes through MCP and REST: a real OpenSSH sshd on loopback (tests/sshd.py), a live
-uvicorn on the test database (tests/mcp_fixtures.py), fastmcp.Client and HTTP with Bearer keys.
+uvicorn on the test database (tests/conftest.py), fastmcp.Client and HTTP with Bearer keys.
 
 Each test registers its own hosts (key fetched and confirmed, probed, as an admin does) with
 a base directory of its own, and disables them when it ends: create_sandbox lands on the one
@@ -29,8 +29,7 @@ from sandboxes.errors import BackendFailure, NoCapacity
 from sandboxes.models import CommandExecution, Sandbox
 from tenants.models import AuditLog, Team
 from tenants.principal import Principal
-from tests import mcp_fixtures as fx
-from tests.mcp_fixtures import World, run
+from tests.live import World, in_thread, run
 from tests.sshd import Sshd, descendants
 from tests.test_ssh_provision import (  # noqa: F401
     PLAIN_USER,
@@ -40,7 +39,6 @@ from tests.test_ssh_provision import (  # noqa: F401
     workdir,
 )
 
-live_db, asgi_server, world = fx.live_db, fx.asgi_server, fx.world
 pytestmark = pytest.mark.filterwarnings("ignore:The logging capability is deprecated")
 SYSTEM = Principal.system()
 
@@ -162,7 +160,7 @@ def test_an_ssh_sandbox_through_mcp(asgi_server, ssh_world, shared_host):
             out["created"] = (await client.call_tool("create_sandbox", {})).structured_content
             sid = {"sandbox_id": out["created"]["id"]}
             try:
-                out["state"] = await fx.in_thread(state_of, sid["sandbox_id"])
+                out["state"] = await in_thread(state_of, sid["sandbox_id"])
                 command = "echo out; echo err >&2; whoami; exit 3"
                 call = client.call_tool
                 out["ran"] = (await call("run_command", {**sid, "command": command})).data

@@ -12,15 +12,7 @@ import httpx2 as httpx
 import pytest
 
 from tenants.models import AuditLog
-from tests import mcp_fixtures as fx
 from tests.test_sync_services import extract, make_tree, snapshot, tar_of, walk
-
-asgi_server, live_db, shared_sandbox, world = (
-    fx.asgi_server,
-    fx.live_db,
-    fx.shared_sandbox,
-    fx.world,
-)
 
 pytestmark = pytest.mark.docker
 

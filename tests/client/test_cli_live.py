@@ -18,15 +18,7 @@ from sandhub.api import Platform
 from sandhub.sync import push
 
 from tenants.models import AuditLog
-from tests import mcp_fixtures as fx
 from tests.client.test_sync_local import T0, make_tree, snapshot, write
-
-asgi_server, live_db, shared_sandbox, world = (
-    fx.asgi_server,
-    fx.live_db,
-    fx.shared_sandbox,
-    fx.world,
-)
 
 pytestmark = [
     pytest.mark.docker,

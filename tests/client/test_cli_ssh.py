@@ -1,5 +1,5 @@
 """The `sandhub` command against a live platform whose sandboxes are on SSH hosts: uvicorn
-serving the real ASGI app (tests/mcp_fixtures.py), a real OpenSSH sshd on loopback
+serving the real ASGI app (tests/conftest.py), a real OpenSSH sshd on loopback
 (tests/sshd.py), the CLI run as a subprocess with SANDHUB_URL / SANDHUB_API_KEY, as on a laptop
 (the model: tests/client/test_cli_live.py, the same on Docker).
 
@@ -37,16 +37,14 @@ from hosts.models import Host
 from sandboxes import services
 from sandboxes.models import Sandbox
 from tenants.models import AuditLog
-from tests import mcp_fixtures as fx
 from tests.client.test_cli_live import cli_env, sandhub  # noqa: F401 - cli_env is a fixture
 from tests.client.test_sync_local import make_tree, write
-from tests.mcp_fixtures import World
+from tests.live import World
 from tests.sshd import Sshd
 from tests.test_ssh_interfaces import register
 from tests.test_ssh_plain import ABSENT_PYTHON
 from tests.test_ssh_provision import PLAIN_USER, SUDO_USER, server  # noqa: F401 - a fixture
 
-asgi_server, live_db, world = fx.asgi_server, fx.live_db, fx.world
 pytestmark = pytest.mark.filterwarnings("ignore:The logging capability is deprecated")
 CHANGED = ["pkg1/mod1.py", "pkg2/mod2.py", "pkg3/mod3.py"]
 

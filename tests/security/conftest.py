@@ -3,7 +3,7 @@ key, and team B's sandbox, command and background command, on the in-memory back
 the real Docker engine; and a record of everything a refused request must leave alone.
 
 The fixtures here are named matrix_* so they cannot shadow another module's; they need the
-module's `live_db` (tests/mcp_fixtures.py), since the live server thread must see the rows.
+module's `live_db` (tests/conftest.py), since the live server thread must see the rows.
 matrix_orm runs the ORM from inside an MCP conversation (async).
 """
 

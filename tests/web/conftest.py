@@ -3,7 +3,7 @@
 Test-client tests use the two-team fixtures of tests/conftest.py and `login` below. Browser
 tests drive Debian's chromium (/usr/bin/chromium; `.ci/run` and `make install` install it)
 through playwright against platform_site.asgi served by uvicorn in a thread
-(tests/mcp_fixtures.py's `asgi_server`, on the committed module database `live_db`).
+(tests/conftest.py's `asgi_server`, on the committed module database `live_db`).
 Playwright's own browser download does not work here, hence executable_path.
 """
 
@@ -19,8 +19,6 @@ from typing import Any
 import pytest
 from django.db import connections
 from django.test import Client
-
-from tests.mcp_fixtures import asgi_server, live_db  # noqa: F401 - fixtures used by name
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [

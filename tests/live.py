@@ -1,9 +1,11 @@
-"""Fixtures for the MCP and REST tests: one world per test module, on the real Docker engine.
+"""Helpers of the live-server fixtures (`live_db`, `world`, `shared_sandbox`, `asgi_server`
+in tests/conftest.py): the world each module gets, MCP clients, and the test database as a
+URL for a subprocess. Not a test module.
 
 The live server (uvicorn in a thread) and the stdio server (a subprocess) must see the test
-database, so these modules do not run each test in a transaction: `live_db` opens database
-access for the whole module, the world is committed once, and the database is flushed when
-the module ends. Sandboxes are few and shared, since each costs a container.
+database, so the modules that use them do not run each test in a transaction: `live_db` opens
+database access for the whole module, the world is committed once, and the database is
+flushed when the module ends. Sandboxes are few and shared, since each costs a container.
 """
 
 from __future__ import annotations
@@ -11,25 +13,19 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import threading
-import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management import call_command
 from django.db import connection, connections
 from django.utils import timezone
 from fastmcp import Client
 
-from hosts.backends import reset_backends
 from hosts.models import Host, Image
-from sandboxes import services
 from tenants import apikeys
 from tenants.models import ApiKey, Channel, Membership, Role, Team
 from tenants.principal import Principal
@@ -127,77 +123,14 @@ def build_world() -> World:
 _REAL_DATABASE_NAME = str(settings.DATABASES["default"]["NAME"])
 
 
-def _on_test_database() -> bool:
+def on_test_database() -> bool:
     return str(connection.settings_dict["NAME"]) != _REAL_DATABASE_NAME
-
-
-@pytest.fixture(scope="module")
-def live_db(django_db_setup, django_db_blocker):
-    """Database access for the whole module, committed (no per-test transaction).
-
-    pytest-django sets up the test database only when some collected test is marked for the
-    database; these modules' tests are not (a per-test transaction would hide the data from
-    the server thread and the subprocess), so when run alone they set it up themselves. The
-    flush at the end runs only on a test database, never on the real one.
-    """
-    from django.test.utils import setup_databases, teardown_databases
-
-    with django_db_blocker.unblock():
-        created = None
-        if not _on_test_database():
-            created = setup_databases(verbosity=0, interactive=False, aliases={"default"})
-        if not _on_test_database():
-            raise RuntimeError("refusing to run against the real database")
-        try:
-            yield
-        finally:
-            call_command("flush", interactive=False, verbosity=0)
-            if created is not None:
-                teardown_databases(created, verbosity=0)
-
-
-@pytest.fixture(scope="module")
-def world(live_db) -> World:
-    reset_backends()
-    yield build_world()
-    reset_backends()
-
-
-@pytest.fixture(scope="module")
-def shared_sandbox(world) -> str:
-    """One running sandbox of team A (the image carries pytest), for the whole module."""
-    principal = world.principal()
-    info = services.create_sandbox(principal, memory_mb=512)
-    yield info.id
-    services.delete_sandbox(principal, info.id)
 
 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def asgi_server(live_db) -> str:
-    """platform_site.asgi (Django + MCP) under uvicorn on a free loopback port."""
-    import uvicorn
-
-    from platform_site.asgi import application
-
-    port = free_port()
-    config = uvicorn.Config(application, host="127.0.0.1", port=port, log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="live-uvicorn", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 15
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the live server did not start")
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=15)
 
 
 def mcp(server: str, key: str | None, **kwargs) -> Client:
