@@ -1,5 +1,5 @@
 """An in-memory backend for fast service-layer tests. Every real backend is proven against
-the real thing elsewhere (tests/test_docker_backend.py, tests/test_services_docker.py)."""
+the real thing elsewhere (tests/docker/, tests/test_services_docker.py)."""
 
 from __future__ import annotations
 

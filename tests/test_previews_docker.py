@@ -29,7 +29,7 @@ from sandboxes.models import Preview, Sandbox
 from sandboxes.results import UploadFile
 from sandboxes.services import previews_tokens
 from tests.live import World, run
-from tests.test_docker_backend import MIB, _peak_rss, _reset_peak_rss
+from tests.memory import MIB, peak_rss, reset_peak_rss
 
 pytestmark = [
     pytest.mark.docker,
@@ -187,7 +187,7 @@ def test_a_50_mb_download_is_identical_and_costs_the_platform_no_memory(
         world.principal(), box, "head -c 50000000 /dev/urandom > big.bin && sha256sum big.bin"
     )
     expected = made.stdout.split()[0]
-    baseline = _reset_peak_rss()
+    baseline = reset_peak_rss()
     digest, size = hashlib.sha256(), 0
     url = f"{asgi_server}/preview/{box}/{APP_PORT}/big.bin"
     cookie = f"{settings.SESSION_COOKIE_NAME}={session_cookie(world.alice)}"
@@ -196,7 +196,7 @@ def test_a_50_mb_download_is_identical_and_costs_the_platform_no_memory(
         for chunk in answer.iter_bytes():
             digest.update(chunk)
             size += len(chunk)
-    grown = _peak_rss() - baseline
+    grown = peak_rss() - baseline
     print(f"50 MB through the preview proxy: peak RSS grew {grown // 1024} kB")
     assert size == 50_000_000 and digest.hexdigest() == expected
     assert grown < 10 * MIB

@@ -23,7 +23,7 @@ from tests.sshd import sshd as sshd  # noqa: F401 - the module-scoped fixture
 from tests.test_ssh_plain import backend as plain_backend  # noqa: F401 - a fixture
 from tests.test_ssh_provision import server, workdir  # noqa: F401
 from tests.test_ssh_services import pinned, ssh_host  # noqa: F401
-from tests.test_sync_services import ROOT, extract, make_tree, snapshot, tar_of, walk
+from tests.trees import ROOT, extract, make_tree, snapshot, tar_of, walk
 
 
 def download(stream: Any) -> bytes:

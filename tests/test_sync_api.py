@@ -12,7 +12,7 @@ import httpx2 as httpx
 import pytest
 
 from tenants.models import AuditLog
-from tests.test_sync_services import extract, make_tree, snapshot, tar_of, walk
+from tests.trees import extract, make_tree, snapshot, tar_of, walk
 
 pytestmark = pytest.mark.docker
 

@@ -1,15 +1,14 @@
 """Tree sync services on the real Docker engine: manifest, tar upload, delete, download.
 
 Every test runs with the sandbox agent and without it (SANDHUB_AGENT=false: the per-command
-scripts), and an image without python3 is covered at the backend level. Trees are made on
-this machine, sent as a tar, and compared back byte for byte, with modes and nanosecond
-mtimes. The helpers here are shared with test_sync_api.py and test_ssh_sync.py.
+scripts); an image without python3 is covered at the backend level (tests/docker/test_sync.py).
+Trees are made on this machine (tests/trees.py), sent as a tar, and compared back byte for
+byte, with modes and nanosecond mtimes.
 """
 
 from __future__ import annotations
 
 import io
-import os
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,95 +16,13 @@ from typing import Any
 
 import pytest
 
-from hosts.backends.docker import DockerBackend
 from sandboxes import services
 from sandboxes.errors import InvalidInput, NotFound
 from sandboxes.models import Sandbox
 from tenants.models import AuditLog
-from tests.test_agent import backend, engine, no_python_image  # noqa: F401 (fixtures)
-from tests.test_docker_backend import make_spec
+from tests.trees import ROOT, extract, make_tree, snapshot, tar_of, walk
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db]
-
-ROOT = "/workspace/proj"
-MTIME_NS = 1_700_000_000_123_456_789
-
-
-# --- helpers (shared) ------------------------------------------------------------------------
-def make_tree(base: Path) -> dict[str, Any]:
-    """A small tree with modes, nanosecond mtimes, a link, an empty file and awkward names
-    (bytewise order: 'a-x' < 'a.txt' < 'a/...')."""
-    files = {
-        "a.txt": b"dot\n",
-        "a-x": b"dash\n",
-        "a/b.py": b"print('hi')\n",
-        "a/deep/c.bin": bytes(range(256)) * 300,
-        "empty": b"",
-        "run.sh": b"#!/bin/sh\necho run\n",
-        "sp ace/\u00e9t\u00e9.txt": b"unicode\n",
-    }
-    for number, (name, content) in enumerate(files.items()):
-        path = base / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(content)
-        os.utime(path, ns=(MTIME_NS, MTIME_NS + number * 1_000_000_007))
-    (base / "run.sh").chmod(0o750)
-    (base / "a.txt").chmod(0o600)
-    os.symlink("a/b.py", base / "link")
-    return files
-
-
-def tar_of(base: Path, names: list[str] | None = None) -> bytes:
-    """A pax tar of `names` (default: everything) under base, names relative, exact ns."""
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as archive:
-        chosen = names if names is not None else walk(base)
-        for name in chosen:
-            full = base / name
-            info = archive.gettarinfo(str(full), arcname=name)
-            ns = full.lstat().st_mtime_ns
-            info.pax_headers = {"mtime": f"{ns // 10**9}.{ns % 10**9:09d}"}
-            if info.isfile():
-                with open(full, "rb") as handle:
-                    archive.addfile(info, handle)
-            else:
-                archive.addfile(info)
-    return out.getvalue()
-
-
-def walk(base: Path) -> list[str]:
-    names = []
-    for directory, subdirs, files in os.walk(base):
-        for name in subdirs + files:
-            names.append(os.path.relpath(os.path.join(directory, name), base))
-    return sorted(names, key=lambda n: n.encode())
-
-
-def snapshot(base: Path) -> dict[str, tuple[str, int, int, bytes | str]]:
-    """name -> (kind, mode, mtime ns, content or link target) of every entry but dirs' mtime
-    (a directory's mtime changes when its content is written)."""
-    result: dict[str, tuple[str, int, int, bytes | str]] = {}
-    for name in walk(base):
-        full = base / name
-        info = full.lstat()
-        if full.is_symlink():
-            result[name] = ("link", 0, 0, os.readlink(full))
-        elif full.is_dir():
-            result[name] = ("dir", info.st_mode & 0o7777, 0, b"")
-        else:
-            result[name] = ("file", info.st_mode & 0o7777, info.st_mtime_ns, full.read_bytes())
-    return result
-
-
-def extract(data: bytes, target: Path) -> None:
-    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
-        for member in archive:
-            archive.extract(member, target, filter="fully_trusted", numeric_owner=False)
-            exact = member.pax_headers.get("mtime")
-            if exact and not member.issym():
-                seconds, _, fraction = exact.partition(".")
-                ns = int(seconds) * 10**9 + int((fraction + "000000000")[:9])
-                os.utime(target / member.name, ns=(ns, ns), follow_symlinks=False)
 
 
 def all_entries(principal, sandbox_id: str, root: str, limit: int = 1000) -> list[Any]:
@@ -279,37 +196,3 @@ def test_another_team_sees_nothing(as_alice, as_bob, sandbox) -> None:
     with pytest.raises(NotFound):
         services.sync_upload(as_bob, sandbox, "proj", io.BytesIO(b""))
     assert services.read_file(as_alice, sandbox, "proj/secret").content == b"s"
-
-
-# --- an image without python3 (the backend's per-command path) -----------------------------
-def test_an_image_without_python3_syncs_through_the_scripts(
-    backend: DockerBackend,  # noqa: F811
-    no_python_image: str,  # noqa: F811
-    tmp_path: Path,
-) -> None:
-    local = tmp_path / "local"
-    make_tree(local)
-    state = backend.provision(make_spec(image_reference=no_python_image))
-    try:
-        assert backend.manifest(state, ROOT, after=None, limit=10).exists is False
-        backend.put_files(state, ROOT, tar_of(local))
-        first = backend.manifest(state, ROOT, after=None, limit=4)
-        second = backend.manifest(state, ROOT, after=first.next, limit=100)
-        assert [e.path for e in first.entries + second.entries] == walk(local)
-        assert second.next is None
-        assert backend.delete_entries(state, ROOT, ["a", "link", "nothing"]) == 2
-        left = [e.path for e in backend.manifest(state, ROOT, after=None, limit=100).entries]
-        assert left == [
-            n for n in walk(local) if n != "link" and not n.startswith("a/") and n != "a"
-        ]
-        stream = backend.get_entries(state, ROOT, left)
-        try:
-            data = b"".join(stream)
-        finally:
-            stream.close()
-        back = tmp_path / "back"
-        extract(data, back)
-        expected = {k: v for k, v in snapshot(local).items() if k in left}
-        assert snapshot(back) == expected
-    finally:
-        backend.destroy(state)

@@ -1,6 +1,6 @@
 """DockerBackend with the sandbox agent wired in (settings.SANDHUB_AGENT, host option `agent`).
 
-Real Docker engine, as tests/test_agent.py (whose fixtures these reuse). Engine execs are
+Real Docker engine, as tests/docker/test_agent.py. Engine execs are
 counted by wrapping the engine's APIClient.exec_create: with the agent on, a sandbox pays one
 (the agent's own) however many commands it runs.
 """
@@ -14,20 +14,17 @@ import pytest
 
 from hosts.backends.base import ExecResult
 from hosts.backends.docker import DockerBackend
-from tests.test_agent import backend, engine, no_python_image, sandbox  # noqa: F401
-from tests.test_docker_backend import make_spec
-
-pytestmark = pytest.mark.docker
+from tests.docker.helpers import make_spec
 
 
-def run(backend: DockerBackend, state: dict[str, Any], script: str) -> ExecResult:  # noqa: F811
+def run(backend: DockerBackend, state: dict[str, Any], script: str) -> ExecResult:
     return backend.exec(
         state, ["sh", "-c", script], cwd="/workspace", env={}, timeout=30, output_cap=4096
     )
 
 
 @pytest.fixture
-def execs(backend: DockerBackend, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:  # noqa: F811
+def execs(backend: DockerBackend, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """The engine execs created from now on (their first argument each)."""
     api = backend.engine.api()
     created: list[str] = []
@@ -47,8 +44,8 @@ def agent_on(settings: Any) -> None:
 
 
 def test_second_command_starts_no_engine_exec(
-    backend: DockerBackend,  # noqa: F811
-    sandbox: dict[str, Any],  # noqa: F811
+    backend: DockerBackend,
+    sandbox: dict[str, Any],
     execs: list[str],
     agent_on: None,
 ) -> None:
@@ -64,8 +61,8 @@ def test_second_command_starts_no_engine_exec(
 
 
 def test_an_image_without_python3_runs_commands_through_the_backend(
-    backend: DockerBackend,  # noqa: F811
-    no_python_image: str,  # noqa: F811
+    backend: DockerBackend,
+    no_python_image: str,
     agent_on: None,
 ) -> None:
     state = backend.provision(make_spec(image_reference=no_python_image))
@@ -78,8 +75,8 @@ def test_an_image_without_python3_runs_commands_through_the_backend(
 
 
 def test_agent_off_uses_one_engine_exec_per_command(
-    backend: DockerBackend,  # noqa: F811
-    sandbox: dict[str, Any],  # noqa: F811
+    backend: DockerBackend,
+    sandbox: dict[str, Any],
     execs: list[str],
     settings: Any,
 ) -> None:
@@ -90,8 +87,8 @@ def test_agent_off_uses_one_engine_exec_per_command(
 
 
 def test_host_option_turns_the_agent_off(
-    backend: DockerBackend,  # noqa: F811
-    sandbox: dict[str, Any],  # noqa: F811
+    backend: DockerBackend,
+    sandbox: dict[str, Any],
     execs: list[str],
     agent_on: None,
     monkeypatch: pytest.MonkeyPatch,
@@ -103,7 +100,7 @@ def test_host_option_turns_the_agent_off(
 
 
 def test_a_one_off_command_starts_no_agent_but_uses_a_running_one(
-    backend: DockerBackend,  # noqa: F811
+    backend: DockerBackend,
     execs: list[str],
     agent_on: None,
 ) -> None:

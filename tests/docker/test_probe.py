@@ -1,12 +1,9 @@
 """DockerBackend's host side against the real engine: probes (pool members counted apart), an
-unreachable engine, TLS material on disk, and how long provisioning takes. Fixtures and
-helpers: test_docker_backend.py."""
+unreachable engine, and TLS material on disk. Fixtures: tests/docker/conftest.py."""
 
-# ruff: noqa: F811  (pytest fixtures imported from tests/test_docker_backend.py)
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
 import pytest
@@ -14,13 +11,8 @@ import pytest
 from hosts.backends.base import SandboxSpec
 from hosts.backends.docker import DockerBackend
 from hosts.models import Credential, Host
-from tests.test_docker_backend import MIB, RUN_PREFIX, make_spec
-from tests.test_docker_backend import backend as backend  # fixture
-from tests.test_docker_backend import engine as engine  # fixture
-from tests.test_docker_backend import sandbox as sandbox  # fixture
-from tests.test_docker_backend import spec as spec  # fixture
-
-pytestmark = pytest.mark.docker
+from tests.docker.helpers import RUN_PREFIX, make_spec
+from tests.memory import MIB
 
 
 def test_probe(backend: DockerBackend, spec: SandboxSpec, sandbox: dict[str, Any]) -> None:
@@ -96,14 +88,3 @@ def test_tls_material_is_written_privately_and_removed() -> None:
     assert not tls_backend.probe().healthy  # nothing listens there; reported, not raised
     tls_backend.close()
     assert not os.path.exists(directory)
-
-
-def test_provision_timing(backend: DockerBackend) -> None:
-    started = time.monotonic()
-    state = backend.provision(make_spec())
-    provisioned = time.monotonic() - started
-    started = time.monotonic()
-    backend.destroy(state)
-    destroyed = time.monotonic() - started
-    print(f"provision {provisioned * 1000:.0f} ms, destroy {destroyed * 1000:.0f} ms")
-    assert provisioned < 10

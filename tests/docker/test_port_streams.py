@@ -1,8 +1,8 @@
 """Port streams in real Docker sandboxes WITHOUT network (DockerBackend.open_port, through the
 sandbox agent): an app started as a background job answers through the platform.
 
-Needs the Docker engine and sandhub/sandbox:latest, as tests/test_agent.py (whose fixtures
-these reuse). The apps are stdlib python3 programs in the sandbox: http.server, an echo
+Needs the Docker engine and sandhub/sandbox:latest, as tests/docker/test_agent.py (fixtures:
+tests/docker/conftest.py). The apps are stdlib python3 programs in the sandbox: http.server, an echo
 server, and a server that pushes bytes until its client goes away.
 """
 
@@ -23,10 +23,8 @@ from hosts.backends.agent import protocol
 from hosts.backends.base import PortClosed, PortStream, Unsupported
 from hosts.backends.docker import DockerBackend
 from hosts.backends.docker.names import container_ref
-from tests.test_agent import backend, engine, no_python_image, sandbox  # noqa: F401
-from tests.test_docker_backend import MIB, _peak_rss, _reset_peak_rss, make_spec
-
-pytestmark = pytest.mark.docker
+from tests.docker.helpers import make_spec
+from tests.memory import MIB, peak_rss, reset_peak_rss
 
 HTTP_PORT, ECHO_PORT, PUSH_PORT = 8000, 9000, 9100
 BIG = 50 * MIB
@@ -62,7 +60,7 @@ while True:
 """
 
 
-def sh(backend: DockerBackend, state: dict[str, Any], script: str) -> str:  # noqa: F811
+def sh(backend: DockerBackend, state: dict[str, Any], script: str) -> str:
     result = backend.exec(
         state, ["sh", "-c", script], cwd="/workspace", env={}, timeout=60, output_cap=MIB
     )
@@ -70,7 +68,7 @@ def sh(backend: DockerBackend, state: dict[str, Any], script: str) -> str:  # no
     return result.stdout.decode()
 
 
-def start_app(backend: DockerBackend, state: dict[str, Any], argv: list[str], port: int) -> None:  # noqa: F811
+def start_app(backend: DockerBackend, state: dict[str, Any], argv: list[str], port: int) -> None:
     """Start argv as a background job and wait until its port answers."""
     backend.start_background(
         state, argv, cwd="/workspace", env={}, job_id=f"app-{uuid.uuid4().hex[:8]}"
@@ -98,7 +96,7 @@ def http_get(stream: PortStream, path: str) -> None:
     stream.write(f"GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n".encode())
 
 
-def pushed(backend: DockerBackend, state: dict[str, Any]) -> list[str]:  # noqa: F811
+def pushed(backend: DockerBackend, state: dict[str, Any]) -> list[str]:
     """The push server's notes: how much it sent each client before it went, and why."""
     return sh(backend, state, "cat pushed 2>/dev/null || true").splitlines()
 
@@ -111,7 +109,7 @@ def wait_for(check: Callable[[], bool], what: str, timeout: float = 20) -> None:
 
 
 @pytest.fixture(scope="module")
-def served(backend: DockerBackend, engine: docker.DockerClient) -> Any:  # noqa: F811
+def served(backend: DockerBackend, engine: docker.DockerClient) -> Any:
     """One sandbox without network, running http.server (a page, and 50 MB of random bytes
     whose digest it computed itself), the echo server and the push server."""
     state = backend.provision(make_spec(network=False))
@@ -133,7 +131,7 @@ def served(backend: DockerBackend, engine: docker.DockerClient) -> Any:  # noqa:
         backend.destroy(state)
 
 
-def test_a_raw_http_request_is_answered(backend: DockerBackend, served: Any) -> None:  # noqa: F811
+def test_a_raw_http_request_is_answered(backend: DockerBackend, served: Any) -> None:
     state, _ = served
     with backend.open_port(state, HTTP_PORT) as stream:
         http_get(stream, "/index.html")
@@ -142,7 +140,7 @@ def test_a_raw_http_request_is_answered(backend: DockerBackend, served: Any) -> 
     assert head.startswith(b"HTTP/1.0 200") and body == b"hello from the sandbox"
 
 
-def test_an_echo_round_trip_of_1_mb_is_identical(backend: DockerBackend, served: Any) -> None:  # noqa: F811
+def test_an_echo_round_trip_of_1_mb_is_identical(backend: DockerBackend, served: Any) -> None:
     state, _ = served
     data = os.urandom(MIB)
     with backend.open_port(state, ECHO_PORT) as stream, ThreadPoolExecutor(1) as pool:
@@ -152,12 +150,12 @@ def test_an_echo_round_trip_of_1_mb_is_identical(backend: DockerBackend, served:
 
 
 def test_50_mb_read_slowly_costs_the_platform_under_10_mb(
-    backend: DockerBackend,  # noqa: F811
+    backend: DockerBackend,
     served: Any,
 ) -> None:
     state, digest = served
     backend.open_port(state, HTTP_PORT).close()  # the agent is up before the baseline
-    baseline = _reset_peak_rss()
+    baseline = reset_peak_rss()
     reads, fullest = [0], [0]
 
     def slowly() -> None:  # the app writes far faster than this reader takes it
@@ -176,7 +174,7 @@ def test_50_mb_read_slowly_costs_the_platform_under_10_mb(
             hasher.update(chunk)
             size += len(chunk)
             slowly()
-    grown = _peak_rss() - baseline  # bytes, as _status_kb gives them
+    grown = peak_rss() - baseline  # bytes, as _status_kb gives them
     print(f"50 MB through a port stream: peak RSS grew {grown // 1024} kB in {reads[0]} reads")
     assert size == BIG and hasher.hexdigest() == digest
     # The reader was the slower side (the window filled up), and the window held.
@@ -184,16 +182,16 @@ def test_50_mb_read_slowly_costs_the_platform_under_10_mb(
     assert grown < 10 * MIB
 
 
-def test_nothing_listening_is_port_closed(backend: DockerBackend, served: Any) -> None:  # noqa: F811
+def test_nothing_listening_is_port_closed(backend: DockerBackend, served: Any) -> None:
     state, _ = served
     with pytest.raises(PortClosed, match="nothing listens on port 9999 in the sandbox"):
         backend.open_port(state, 9999)
 
 
 def test_close_mid_transfer_frees_the_request(
-    backend: DockerBackend,  # noqa: F811
+    backend: DockerBackend,
     served: Any,
-    engine: docker.DockerClient,  # noqa: F811
+    engine: docker.DockerClient,
 ) -> None:
     state, _ = served
     client = backend.agents.client(state)
@@ -213,7 +211,7 @@ def test_close_mid_transfer_frees_the_request(
     assert int(sent) >= got and reason in ("BrokenPipeError", "ConnectionResetError")
 
 
-def test_20_streams_at_once(backend: DockerBackend, served: Any) -> None:  # noqa: F811
+def test_20_streams_at_once(backend: DockerBackend, served: Any) -> None:
     state, _ = served
 
     def one(number: int) -> bool:
@@ -230,8 +228,8 @@ def test_20_streams_at_once(backend: DockerBackend, served: Any) -> None:  # noq
 
 
 def test_an_image_without_python3_says_previews_need_it(
-    backend: DockerBackend,  # noqa: F811
-    no_python_image: str,  # noqa: F811
+    backend: DockerBackend,
+    no_python_image: str,
 ) -> None:
     state = backend.provision(make_spec(image_reference=no_python_image))
     try:

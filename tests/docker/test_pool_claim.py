@@ -11,12 +11,11 @@ import pytest
 from hosts.backends.base import SandboxGone
 from hosts.backends.docker import DockerBackend
 from hosts.backends.docker.pool import Pool
-from tests.test_docker_backend import MIB, backend, engine, make_spec  # noqa: F401 (fixtures)
+from tests.docker.helpers import make_spec
+from tests.memory import MIB
 
-pytestmark = pytest.mark.docker
 
-
-def limits_of(engine: Any, state: dict[str, Any]) -> tuple[int, int, int, int]:  # noqa: F811
+def limits_of(engine: Any, state: dict[str, Any]) -> tuple[int, int, int, int]:
     config = engine.api.inspect_container(state["container_id"])["HostConfig"]
     return config["Memory"], config["MemorySwap"], config["NanoCpus"], config["PidsLimit"]
 
@@ -36,8 +35,8 @@ def updates(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, int]]:
 
 
 def test_a_member_with_the_sandboxs_limits_is_claimed_without_an_update(
-    backend: DockerBackend,  # noqa: F811
-    engine: Any,  # noqa: F811
+    backend: DockerBackend,
+    engine: Any,
     updates: list[dict[str, int]],
 ) -> None:
     member = backend.provision_pool_member(make_spec(memory_mb=256, cpus=1.0, pids_limit=128))
@@ -60,8 +59,8 @@ def test_a_member_with_the_sandboxs_limits_is_claimed_without_an_update(
     ids=["memory", "cpus", "pids"],
 )
 def test_any_other_limit_is_applied_to_the_running_member(
-    backend: DockerBackend,  # noqa: F811
-    engine: Any,  # noqa: F811
+    backend: DockerBackend,
+    engine: Any,
     updates: list[dict[str, int]],
     changed: dict[str, Any],
 ) -> None:
@@ -78,8 +77,8 @@ def test_any_other_limit_is_applied_to_the_running_member(
 
 
 def test_a_stopped_member_is_refused_before_anything_changes(
-    backend: DockerBackend,  # noqa: F811
-    engine: Any,  # noqa: F811
+    backend: DockerBackend,
+    engine: Any,
     updates: list[dict[str, int]],
 ) -> None:
     member = backend.provision_pool_member(make_spec())

@@ -1,6 +1,6 @@
 """The sandbox agent in real Docker sandboxes (hosts/backends/agent/link.py, docker/agent.py).
 
-Needs the Docker engine and sandhub/sandbox:latest, as tests/test_docker_backend.py does (it
+Needs the Docker engine and sandhub/sandbox:latest, as every test in tests/docker/ does (it
 fails loudly without them). Sandboxes are provisioned with DockerBackend; what the agent did
 is checked from the outside with plain engine execs where it matters (no process carrying a
 command's marker is left, the agent is gone).
@@ -8,12 +8,10 @@ command's marker is left, the agent is gone).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -26,80 +24,13 @@ from hosts.backends.agent import client as agent_client
 from hosts.backends.agent.client import AgentBroken, AgentUnavailable, NotAFile
 from hosts.backends.agent.jobs import AgentJobs
 from hosts.backends.agent.link import AgentLink
-from hosts.backends.base import BackendError, ExecResult, SandboxGone
+from hosts.backends.base import BackendError, SandboxGone
 from hosts.backends.docker import DockerBackend
-from hosts.backends.docker.agent import agent_link
-from hosts.backends.docker.names import SANDBOX_USER, container_ref
+from hosts.backends.docker.names import container_ref
 from sandboxes.limits import DEFAULT_PIDS_LIMIT
-from tests.test_docker_backend import (
-    ENDPOINT,
-    IMAGE,
-    MIB,
-    _peak_rss,
-    _remove_leftovers,
-    _reset_peak_rss,
-    make_spec,
-)
-
-pytestmark = pytest.mark.docker
-
-NO_PYTHON_IMAGE = "sandhub/test-no-python3:latest"
-
-
-@pytest.fixture(scope="module")
-def engine() -> Iterator[docker.DockerClient]:
-    try:
-        client = docker.DockerClient(base_url=ENDPOINT, timeout=60)
-        client.images.get(IMAGE)
-    except Exception as exc:
-        pytest.fail(f"these tests need a Docker engine at {ENDPOINT} and the image {IMAGE}: {exc}")
-    yield client
-    _remove_leftovers(client)
-    client.close()
-
-
-@pytest.fixture(scope="module")
-def backend(engine: docker.DockerClient) -> Iterator[DockerBackend]:
-    from hosts.models import Host
-
-    instance = DockerBackend(Host(name="local", kind="docker", endpoint=ENDPOINT))
-    yield instance
-    instance.close()
-
-
-@pytest.fixture
-def link(backend: DockerBackend) -> Iterator[AgentLink]:
-    instance = agent_link(backend.engine)
-    yield instance
-    instance.close()
-
-
-@pytest.fixture
-def sandbox(backend: DockerBackend) -> Iterator[dict[str, Any]]:
-    state = backend.provision(make_spec())
-    try:
-        yield state
-    finally:
-        backend.destroy(state)
-
-
-def run(link: AgentLink, state: dict[str, Any], script: str, **options: Any) -> ExecResult:
-    options.setdefault("timeout", 30)
-    options.setdefault("output_cap", MIB)
-    return link.exec(state, ["bash", "-c", script], cwd="/workspace", env={}, **options)
-
-
-def outside(engine: docker.DockerClient, state: dict[str, Any], script: str) -> str:
-    """A script run by a plain engine exec as the sandbox user, not through the agent."""
-    container = engine.containers.get(container_ref(state))
-    code, output = container.exec_run(["sh", "-c", script], user=SANDBOX_USER)
-    return output.decode("utf-8", "replace")
-
-
-def marked(engine: docker.DockerClient, state: dict[str, Any], marker: str) -> str:
-    return outside(
-        engine, state, f"grep -lzx SANDHUB_EXEC_ID={marker} /proc/[0-9]*/environ 2>/dev/null"
-    ).strip()
+from tests.docker.agent_helpers import marked, outside, run
+from tests.docker.helpers import make_spec
+from tests.memory import MIB, peak_rss, reset_peak_rss
 
 
 # --- commands ------------------------------------------------------------------------------
@@ -154,11 +85,11 @@ def test_200_mb_of_output_is_capped_in_bounded_memory(
         received += len(chunk)
 
     link.client(sandbox)  # started before the baseline
-    before = _reset_peak_rss()
+    before = reset_peak_rss()
     result = run(
         link, sandbox, "head -c 200000000 /dev/zero | tr '\\0' x; echo done >&2", on_output=count
     )
-    growth = _peak_rss() - before
+    growth = peak_rss() - before
     assert result.exit_code == 0 and result.stderr == b"done\n"
     assert result.stdout_bytes == 200_000_000 and result.stdout_truncated
     assert len(result.stdout) < MIB + 100
@@ -196,7 +127,7 @@ def test_timeout_kills_the_whole_tree(
 def test_leftovers_holding_the_output_go_and_detached_ones_stay(
     link: AgentLink, sandbox: dict[str, Any], engine: docker.DockerClient
 ) -> None:
-    # As the per-command path does (test_docker_backend.py), so commands behave the same.
+    # As the per-command path does (tests/docker/test_exec.py), so commands behave the same.
     started = time.monotonic()
     script = "sleep 611 & env -i sleep 612 & nohup sleep 613 >/dev/null 2>&1 & echo started"
     result = run(link, sandbox, script)
@@ -372,17 +303,6 @@ def test_a_background_job_outlives_the_agent(
 
 
 # --- an image without python3 --------------------------------------------------------------
-@pytest.fixture(scope="module")
-def no_python_image(engine: docker.DockerClient) -> Iterator[str]:
-    dockerfile = (
-        f"FROM {IMAGE}\nUSER root\nRUN rm -f /usr/bin/python3 /usr/bin/python3.*\nUSER sandbox\n"
-    )
-    engine.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=NO_PYTHON_IMAGE, rm=True)
-    yield NO_PYTHON_IMAGE
-    with contextlib.suppress(docker.errors.APIError):
-        engine.images.remove(NO_PYTHON_IMAGE, force=True)
-
-
 def test_an_image_without_python3_is_refused_fast_and_keeps_the_old_path(
     link: AgentLink, backend: DockerBackend, no_python_image: str
 ) -> None:

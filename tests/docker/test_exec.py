@@ -1,8 +1,7 @@
 """DockerBackend's commands against the real engine and the real sandbox image: output, stdin,
 timeouts and what they kill, the callers' own deadline, capped output in bounded memory, a
-fork bomb and a memory hog. Fixtures and helpers: test_docker_backend.py."""
+fork bomb and a memory hog. Fixtures: tests/docker/conftest.py."""
 
-# ruff: noqa: F811  (pytest fixtures imported from tests/test_docker_backend.py)
 from __future__ import annotations
 
 import hashlib
@@ -18,21 +17,8 @@ from hosts.backends.docker import DockerBackend
 from hosts.backends.docker.plain import MAX_STDIN_BYTES
 from hosts.backends.fallback import commands as fallback_commands
 from hosts.models import Host
-from tests.test_docker_backend import (
-    ENDPOINT,
-    MIB,
-    _peak_rss,
-    _reset_peak_rss,
-    make_spec,
-    processes,
-    run,
-)
-from tests.test_docker_backend import backend as backend  # fixture
-from tests.test_docker_backend import engine as engine  # fixture
-from tests.test_docker_backend import sandbox as sandbox  # fixture
-from tests.test_docker_backend import spec as spec  # fixture
-
-pytestmark = pytest.mark.docker
+from tests.docker.helpers import ENDPOINT, make_spec, processes, run
+from tests.memory import MIB, peak_rss, reset_peak_rss
 
 
 def test_echo(backend: DockerBackend, sandbox: dict[str, Any]) -> None:
@@ -218,11 +204,11 @@ def test_huge_output_is_capped_in_bounded_memory(
         nonlocal chunks
         chunks += 1
 
-    before = _reset_peak_rss()
+    before = reset_peak_rss()
     result = run(
         backend, sandbox, "head -c 50000000 /dev/zero | tr '\\0' x; echo done >&2", on_output=count
     )
-    growth = _peak_rss() - before
+    growth = peak_rss() - before
     assert result.exit_code == 0, result.stderr
     assert result.stdout_bytes == 50_000_000
     assert result.stdout_truncated

@@ -1,8 +1,7 @@
 """DockerBackend's files against the real engine and the real sandbox image: tar uploads and
-downloads, ownership, refusals, tmpfs, missing paths and listings. Fixtures and helpers:
-test_docker_backend.py."""
+downloads, ownership, refusals, tmpfs, missing paths and listings. Fixtures:
+tests/docker/conftest.py."""
 
-# ruff: noqa: F811  (pytest fixtures imported from tests/test_docker_backend.py)
 from __future__ import annotations
 
 import io
@@ -15,13 +14,7 @@ import pytest
 
 from hosts.backends.base import BackendError
 from hosts.backends.docker import DockerBackend
-from tests.test_docker_backend import backend as backend  # fixture
-from tests.test_docker_backend import engine as engine  # fixture
-from tests.test_docker_backend import make_tar, read_tar, run
-from tests.test_docker_backend import sandbox as sandbox  # fixture
-from tests.test_docker_backend import spec as spec  # fixture
-
-pytestmark = pytest.mark.docker
+from tests.docker.helpers import make_tar, read_tar, run
 
 
 def test_upload_download_round_trip(backend: DockerBackend, sandbox: dict[str, Any]) -> None:

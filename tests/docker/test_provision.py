@@ -1,165 +1,25 @@
-"""DockerBackend against the real engine and the real sandbox image: provisioning here, and
-the fixtures and helpers test_docker_exec.py, test_docker_files.py and test_docker_probe.py
-(and the agent's tests) share.
-
-These tests need the Docker engine at SANDHUB_TEST_DOCKER_URL (default: the local socket) and
-the image sandhub/sandbox:latest built there. If either is missing they fail, loudly: a
-backend that was never exercised must not pass CI by skipping.
-
-No database is needed: the Host is never saved.
-"""
+"""DockerBackend's provisioning against the real engine and the real sandbox image: the
+hardened container, network on request, pip on the read-only root, refusals, removal, status,
+the workspace across a restart, and how long provisioning takes. Fixtures:
+tests/docker/conftest.py; helpers: tests/docker/helpers.py."""
 
 from __future__ import annotations
 
-import contextlib
 import io
-import os
-import tarfile
 import time
-import uuid
 import zipfile
-from collections.abc import Iterator
 from typing import Any
 
 import docker
 import docker.errors
 import pytest
 
-from hosts.backends.base import (
-    BackendError,
-    ExecResult,
-    SandboxGone,
-    SandboxSpec,
-)
+from hosts.backends.base import BackendError, SandboxGone, SandboxSpec
 from hosts.backends.docker import DockerBackend
-from hosts.models import Host
-
-pytestmark = pytest.mark.docker
-
-ENDPOINT = os.environ.get("SANDHUB_TEST_DOCKER_URL", "unix:///var/run/docker.sock")
-IMAGE = os.environ.get("SANDHUB_TEST_IMAGE", "sandhub/sandbox:latest")
-# Unique per run, so the safety net below only ever removes what this run created.
-RUN_PREFIX = f"pytest-{uuid.uuid4().hex[:6]}-"
-MIB = 1024 * 1024
+from tests.docker.helpers import make_spec, make_tar, run
+from tests.memory import MIB
 
 
-# --- fixtures ----------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def engine() -> Iterator[docker.DockerClient]:
-    """A plain SDK client, to look at what the backend did from the outside."""
-    try:
-        client = docker.DockerClient(base_url=ENDPOINT, timeout=60)
-        client.ping()
-    except Exception as exc:
-        pytest.fail(f"these tests need a Docker engine at {ENDPOINT}: {exc}")
-    try:
-        client.images.get(IMAGE)
-    except docker.errors.ImageNotFound:
-        pytest.fail(f"these tests need the image {IMAGE}: build it from images/sandbox")
-    yield client
-    _remove_leftovers(client)
-    client.close()
-
-
-def _remove_leftovers(client: docker.DockerClient) -> None:
-    """Safety net: whatever a failed test left behind from this run."""
-    name = f"sandhub-{RUN_PREFIX}"
-    labels = {
-        c.labels.get("org.sandhub.sandbox", "")
-        for c in client.containers.list(all=True, filters={"name": name})
-    }
-    labels |= {v.name.removeprefix("sandhub-") for v in client.volumes.list(filters={"name": name})}
-    # destroy removes everything a sandbox has: container, volume, network, disk image.
-    cleaner = DockerBackend(Host(name="local", kind="docker", endpoint=ENDPOINT))
-    for label in labels - {""}:
-        with contextlib.suppress(Exception):
-            cleaner.destroy({"sandbox_id": label})
-    cleaner.close()
-
-
-@pytest.fixture(scope="module")
-def backend(engine: docker.DockerClient) -> Iterator[DockerBackend]:
-    instance = DockerBackend(Host(name="local", kind="docker", endpoint=ENDPOINT))
-    yield instance
-    instance.close()
-
-
-def make_spec(**overrides: Any) -> SandboxSpec:
-    values: dict[str, Any] = {
-        "sandbox_id": RUN_PREFIX + uuid.uuid4().hex[:8],
-        "image_reference": IMAGE,
-        "cpus": 1.0,
-        "memory_mb": 256,
-        "pids_limit": 128,
-        "network": False,
-        "env": {"SANDHUB_TEST": "yes"},
-        "labels": {"org.sandhub.test": "1"},
-    }
-    values.update(overrides)
-    return SandboxSpec(**values)
-
-
-@pytest.fixture
-def spec() -> SandboxSpec:
-    return make_spec()
-
-
-@pytest.fixture
-def sandbox(backend: DockerBackend, spec: SandboxSpec) -> Iterator[dict[str, Any]]:
-    state = backend.provision(spec)
-    try:
-        yield state
-    finally:
-        backend.destroy(state)
-
-
-def run(
-    backend: DockerBackend,
-    state: dict[str, Any],
-    script: str,
-    *,
-    timeout: float = 30,
-    output_cap: int = MIB,
-    **kwargs: Any,
-) -> ExecResult:
-    return backend.exec(
-        state,
-        ["bash", "-c", script],
-        cwd="/workspace",
-        env=kwargs.pop("env", {}),
-        timeout=timeout,
-        output_cap=output_cap,
-        **kwargs,
-    )
-
-
-def processes(backend: DockerBackend, state: dict[str, Any]) -> str:
-    return run(backend, state, "ps -eo pid,pgid,args").stdout.decode()
-
-
-def make_tar(files: dict[str, tuple[bytes, int]], uid: int = 1000) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as archive:
-        for name, (content, mode) in files.items():
-            info = tarfile.TarInfo(name)
-            info.size, info.mode, info.mtime = len(content), mode, time.time()
-            info.uid = info.gid = uid
-            archive.addfile(info, io.BytesIO(content))
-    return buffer.getvalue()
-
-
-def read_tar(chunks: Iterator[bytes]) -> dict[str, bytes]:
-    result = {}
-    with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as archive:
-        for member in archive.getmembers():
-            if member.isfile():
-                handle = archive.extractfile(member)
-                assert handle is not None
-                result[member.name] = handle.read()
-    return result
-
-
-# --- provisioning ------------------------------------------------------------------------------
 def test_provision_hardens_the_container(
     backend: DockerBackend,
     engine: docker.DockerClient,
@@ -308,26 +168,12 @@ def test_files_persist_in_workspace_across_a_restart(
     assert result.stdout == b"kept\n"
 
 
-# --- memory of this process (test_docker_exec.py, test_agent.py) ------------------------------
-
-
-def _status_kb(field: str) -> int:
-    with open("/proc/self/status") as handle:
-        for line in handle:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError(f"{field} not in /proc/self/status")
-
-
-def _reset_peak_rss() -> int:
-    """Reset the peak (VmHWM) if the kernel lets us; return the baseline to compare with."""
-    try:
-        with open("/proc/self/clear_refs", "w") as handle:
-            handle.write("5")
-        return _status_kb("VmRSS")
-    except OSError:
-        return _status_kb("VmHWM")
-
-
-def _peak_rss() -> int:
-    return _status_kb("VmHWM")
+def test_provision_timing(backend: DockerBackend) -> None:
+    started = time.monotonic()
+    state = backend.provision(make_spec())
+    provisioned = time.monotonic() - started
+    started = time.monotonic()
+    backend.destroy(state)
+    destroyed = time.monotonic() - started
+    print(f"provision {provisioned * 1000:.0f} ms, destroy {destroyed * 1000:.0f} ms")
+    assert provisioned < 10

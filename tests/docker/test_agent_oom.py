@@ -3,10 +3,9 @@ has oom_score_adj 1000 from its first instruction (inside/oom.py, oom_first: bas
 from BASH_ENV, a /bin/sh shim where dash runs the command just as Popen would, preexec_fn
 elsewhere), the agent keeps 0.
 
-Needs the Docker engine and sandhub/sandbox:latest (fixtures from tests/test_agent.py).
+Needs the Docker engine and sandhub/sandbox:latest (fixtures: tests/docker/conftest.py).
 """
 
-# ruff: noqa: F811  (pytest fixtures imported from tests/test_agent.py)
 from __future__ import annotations
 
 import time
@@ -18,10 +17,8 @@ import pytest
 from hosts.backends.agent.inside import oom
 from hosts.backends.agent.link import AgentLink
 from hosts.backends.base import ExecResult
-from tests.test_agent import backend, engine, link, outside, run, sandbox  # noqa: F401
-from tests.test_docker_backend import MIB
-
-pytestmark = pytest.mark.docker
+from tests.docker.agent_helpers import outside, run
+from tests.memory import MIB
 
 
 def test_commands_go_before_the_agent_when_memory_runs_out(
