@@ -1,9 +1,9 @@
 """The sandbox agent's port streams and tree sync without Docker: the agent run by this
-machine's python3 over pipes, against servers and folders of this machine (the Docker and SSH
-sides: test_port_streams.py, test_ssh_ports.py, test_sync_services.py, test_ssh_sync.py).
+machine's python3 over pipes (the `agent` fixture: tests/agent/conftest.py), against servers
+and folders of this machine (the Docker and SSH sides: tests/docker/test_port_streams.py,
+tests/ssh/test_ports.py, tests/services/test_sync.py, tests/ssh/test_sync.py).
 """
 
-# ruff: noqa: F811  (the agent fixture, imported from tests/test_agent_protocol.py)
 from __future__ import annotations
 
 import contextlib
@@ -20,9 +20,8 @@ import pytest
 from hosts.backends.agent import protocol
 from hosts.backends.agent.client import AgentClient
 from hosts.backends.base import BackendError, ExecResult, PortClosed
-from tests.test_agent_protocol import agent  # noqa: F401 - the fixture
 
-# --- port streams (the Docker and SSH sides: test_port_streams.py, test_ssh_ports.py) -----
+# --- port streams (the Docker and SSH sides: docker/test_port_streams.py, ssh/test_ports.py)
 _LISTEN = (
     "import socket\ns = socket.create_server(('127.0.0.1', 0))\n"
     "print(s.getsockname()[1], flush=True)\nc = s.accept()[0]\n"

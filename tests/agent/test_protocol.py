@@ -1,7 +1,8 @@
 """The sandbox agent without Docker: its framing, its bundle, and the agent itself run by this
 machine's python3 over pipes (hosts.backends.agent.transports.PipeTransport).
 
-Fast: no engine, no database. The Docker side is tests/test_agent.py.
+Fast: no engine, no database. The Docker side is tests/docker/test_agent.py, the SSH side
+tests/ssh/test_agent.py.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -125,14 +125,7 @@ def test_names_that_are_not_utf8_read_as_the_listing_of_the_exec_path() -> None:
     assert entry.name == "a\\xffb" and entry.path == "/w/a\\xffb"
 
 
-# --- the agent, run locally over pipes -----------------------------------------------------
-@pytest.fixture
-def agent() -> Iterator[AgentClient]:
-    client = AgentClient(PipeTransport(), label="local")
-    yield client
-    client.close()
-
-
+# --- the agent, run locally over pipes (the `agent` fixture: tests/agent/conftest.py) ------
 def run(agent: AgentClient, script: str, **options: Any) -> ExecResult:
     options.setdefault("timeout", 20)
     options.setdefault("output_cap", 1024 * 1024)
