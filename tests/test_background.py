@@ -2,49 +2,23 @@
 
 The services on the in-memory backend, with the supervisor called in this process;
 test_background_docker.py runs them on the real Docker engine with a real `manage.py
-qcluster` supervising. The helpers at the top and final_row are shared with it.
+qcluster` supervising. Helpers: tests/services/helpers.py.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
-from django_q.models import OrmQ
-from django_q.signing import SignedPackage
 
 from sandboxes import services, tasks
 from sandboxes.errors import InvalidInput, NotFound, PermissionDenied, QuotaExceeded
 from sandboxes.models import CommandExecution, Sandbox
 from sandboxes.services import jobs
-from tenants.models import AuditLog
-
-
-def wait_for(condition: Callable[[], object], timeout: float, what: str, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
-
-
-def audit_actions(sandbox_id: str) -> list[tuple[str, str]]:
-    rows = AuditLog.objects.filter(target_id=sandbox_id, action__startswith="command.background")
-    return sorted((row.action, row.outcome) for row in rows)
-
-
-def queued_supervisors() -> list[tuple]:
-    """(func, args) of the tasks waiting in the ORM broker's queue."""
-    packages = [SignedPackage.loads(row.payload) for row in OrmQ.objects.all()]
-    return [(p["func"], tuple(p["args"])) for p in packages]
-
+from tests.services.helpers import audit_actions, queued_supervisors
 
 # --- fast: the services on the in-memory backend ----------------------------------------------
 
@@ -252,11 +226,3 @@ def test_supervisor_continues_in_slices(fake_sandbox, as_alice, fast_supervisor,
     lease = CommandExecution.objects.get(pk=result.id).background_state["supervisor"]
     assert lease["token"] == "tok" and "pid" not in lease  # queued, for the continuation
     assert tasks.recover_background() == {"requeued": []}
-
-
-def final_row(command_id: int, timeout: float) -> CommandExecution:
-    return wait_for(
-        lambda: CommandExecution.objects.filter(pk=command_id).exclude(status="running").first(),
-        timeout,
-        f"command {command_id} to be recorded as ended",
-    )

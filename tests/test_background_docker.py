@@ -1,7 +1,7 @@
 """Background commands on the real Docker engine with a real `manage.py qcluster`
 (tests/qcluster.py) supervising, on committed data (transactional tests): a command outlives
 its request, cancel kills every process of it (a fork bomb too), a killed and restarted worker
-still records the end, the runtime limit, and access. Helpers: test_background.py."""
+still records the end, the runtime limit, and access. Helpers: tests/services/helpers.py."""
 
 # ruff: noqa: F811  (the qcluster fixture, imported from tests/qcluster.py)
 from __future__ import annotations
@@ -17,7 +17,7 @@ from sandboxes import services
 from sandboxes.errors import NotFound, PermissionDenied
 from sandboxes.models import CommandExecution, Sandbox
 from tests.qcluster import qcluster  # noqa: F401  (fixture)
-from tests.test_background import audit_actions, final_row, wait_for
+from tests.services.helpers import audit_actions, final_row, wait_for
 
 # --- the real thing: Docker engine and a qcluster worker --------------------------------------
 

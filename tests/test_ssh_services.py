@@ -22,8 +22,8 @@ from sandboxes.results import UploadFile
 from tenants.models import AuditLog
 from tenants.principal import Principal
 from tests.qcluster import qcluster  # noqa: F401  (the fixture)
+from tests.services.helpers import final_row, wait_for
 from tests.sshd import Sshd
-from tests.test_background import final_row, wait_for
 from tests.test_ssh_provision import SUDO_USER, ProvisionSshd, server, workdir  # noqa: F401
 
 pytestmark = pytest.mark.django_db(transaction=True)
