@@ -1,16 +1,24 @@
 """Fixtures every area uses: two tenants (team A, team B), users with each role, hosts and
 images, the in-memory and the real Docker backend; and the live server on a committed module
 database (its helpers: tests/live.py), which the MCP, REST, web, previews, security, client
-and SSH tests share.
+and SSH tests share; the SSH test host of two login users (tests/ssh/logins.py), which
+the SSH, platform, previews and client tests share; and a real django-q2 cluster.
 
 Like healthchecks' two-tenant base test case: every access test has another team at hand.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
+import shutil
+import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -25,6 +33,29 @@ from tenants.models import Channel, Membership, Role, Team
 from tenants.principal import Principal
 from tests.fakes import FakeBackend
 from tests.live import World, build_world, free_port, on_test_database
+from tests.qcluster import QCluster
+from tests.ssh.logins import ProvisionSshd, run_here, set_up_users
+from tests.ssh.sshd import STATE_DIR, Sshd, ensure_test_user
+
+# What a test needs that `make test-fast` leaves out, by the fixtures that bring it: a test
+# using one of these (directly or through another fixture) gets the marker. Whole folders and
+# modules that need one say so themselves (tests/docker/conftest.py; `pytestmark`).
+NEEDS = {
+    "docker": {"real_docker", "shared_sandbox", "engine"},  # every `engine` is a Docker client
+    "sshd": {"sshd", "server"},
+    "browser": {"chromium"},
+    "qcluster": {"qcluster"},
+}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        for marker, fixtures in NEEDS.items():
+            if used & fixtures:
+                item.add_marker(marker)
+
 
 # The platform's processes run with umask 077 (platform_site/private_files.py), and importing
 # the ASGI application sets it in whichever process does: the tests run under it from the
@@ -202,3 +233,56 @@ def asgi_server(live_db) -> Iterator[str]:
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     thread.join(timeout=15)
+
+
+# --- the SSH test host of two login users (tests/ssh/logins.py) -----------------------------
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Sshd]:
+    """A real sshd on loopback letting in the sudo and the no-sudo login users."""
+    ensure_test_user()
+    with open(STATE_DIR / "provision-lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        set_up_users()
+    sshd = ProvisionSshd().start()
+    try:
+        yield sshd
+    finally:
+        sshd.close()
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    """A directory of this test's own (open: the no-sudo login user makes its base there);
+    what a failed test left of its sandboxes goes with it."""
+    path = Path(tempfile.mkdtemp(prefix="sandhub-test-", dir="/var/tmp"))
+    path.chmod(0o777)
+    try:
+        yield path
+    finally:
+        for line in run_here("getent", "passwd").splitlines():
+            name, home = line.split(":")[0], line.split(":")[5]
+            if name.startswith("sbx-") and home.startswith(f"{path}/"):
+                subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
+                subprocess.run(["userdel", name], capture_output=True)
+        needle = f"SANDHUB_WORKSPACE={path}/".encode()  # no-sudo sandboxes' processes
+        for entry in os.scandir("/proc"):
+            with contextlib.suppress(OSError):
+                if entry.name.isdigit() and needle in Path(entry.path, "environ").read_bytes():
+                    os.kill(int(entry.name), 9)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+# --- a real django-q2 cluster (tests/qcluster.py) --------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def qcluster(django_db_setup, tmp_path_factory) -> Iterator[QCluster]:
+    """A running cluster on the test database for the module; stopped (cleanly) after it.
+    The worker is another process and sees only committed rows: the tests that use it are
+    transactional (`transactional_db`, or `pytest.mark.django_db(transaction=True)`)."""
+    cluster = QCluster(tmp_path_factory.mktemp("qcluster") / "qcluster.log")
+    cluster.start()
+    yield cluster
+    cluster.stop()

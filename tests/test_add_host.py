@@ -3,7 +3,6 @@ without --fingerprint the host key is shown and nothing saved; with it the host 
 logged in to, probed and saved pinned, and sandboxes then run on it; a wrong fingerprint,
 key or password is a clear error that saves nothing and leaves an audit row."""
 
-# ruff: noqa: F811  (pytest fixtures imported from tests/test_ssh_provision.py)
 from __future__ import annotations
 
 import socket
@@ -20,8 +19,8 @@ from sandboxes import services
 from sandboxes.errors import PermissionDenied
 from sandboxes.models import Sandbox
 from tenants.models import AuditLog
-from tests.sshd import Sshd, keygen_fingerprint
-from tests.test_ssh_provision import SUDO_USER, server, workdir  # noqa: F401
+from tests.ssh.logins import SUDO_USER
+from tests.ssh.sshd import Sshd, keygen_fingerprint
 
 pytestmark = pytest.mark.django_db(transaction=True)
 VIA = "manage.py add_host"

@@ -3,7 +3,6 @@
 its request, cancel kills every process of it (a fork bomb too), a killed and restarted worker
 still records the end, the runtime limit, and access. Helpers: tests/services/helpers.py."""
 
-# ruff: noqa: F811  (the qcluster fixture, imported from tests/qcluster.py)
 from __future__ import annotations
 
 import os
@@ -16,7 +15,6 @@ import pytest
 from sandboxes import services
 from sandboxes.errors import NotFound, PermissionDenied
 from sandboxes.models import CommandExecution, Sandbox
-from tests.qcluster import qcluster  # noqa: F401  (fixture)
 from tests.services.helpers import audit_actions, final_row, wait_for
 
 # --- the real thing: Docker engine and a qcluster worker --------------------------------------
@@ -47,7 +45,7 @@ def sandbox(transactional_db, real_docker, as_alice, engine):
 
 
 @pytest.mark.docker
-def test_background_command_outlives_its_request(sandbox, as_alice, engine, qcluster):  # noqa: F811
+def test_background_command_outlives_its_request(sandbox, as_alice, engine, qcluster):
     script = "echo begin; for i in 1 2 3 4 5; do sleep 1; echo tick $i; done; echo oops >&2; exit 3"
     started = time.monotonic()
     result = services.start_background(as_alice, sandbox, script, max_runtime_seconds=60)
@@ -83,7 +81,7 @@ def test_background_command_outlives_its_request(sandbox, as_alice, engine, qclu
 
 
 @pytest.mark.docker
-def test_cancel_kills_every_process_of_the_command(sandbox, as_alice, engine, qcluster):  # noqa: F811
+def test_cancel_kills_every_process_of_the_command(sandbox, as_alice, engine, qcluster):
     script = "sleep 301 & setsid sleep 302 & (trap '' TERM; sleep 303) & sleep 304"
     result = services.start_background(as_alice, sandbox, script)
     wait_for(lambda: "sleep 304" in processes(engine, sandbox), 5, "the job's processes")
@@ -129,7 +127,7 @@ def test_worker_killed_and_restarted_still_records_the_end(
     sandbox,
     as_alice,
     engine,
-    qcluster,  # noqa: F811
+    qcluster,
 ):
     result = services.start_background(as_alice, sandbox, "sleep 4; echo finished; exit 7")
     lease = wait_for(
@@ -155,7 +153,7 @@ def test_worker_killed_and_restarted_still_records_the_end(
 
 
 @pytest.mark.docker
-def test_max_runtime_exceeded_is_timed_out_and_killed(sandbox, as_alice, engine, qcluster):  # noqa: F811
+def test_max_runtime_exceeded_is_timed_out_and_killed(sandbox, as_alice, engine, qcluster):
     script = "echo going; sleep 300 & setsid sleep 305 & sleep 306"
     result = services.start_background(as_alice, sandbox, script, max_runtime_seconds=2)
     row = final_row(result.id, 15)

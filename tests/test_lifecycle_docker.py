@@ -3,7 +3,7 @@ schedule end to end in a real qcluster worker. Each test runs as this run's own 
 instance (test_lifecycle.py's own_instance), so reconciliation never touches containers of
 other deployments or test runs on the same engine."""
 
-# ruff: noqa: F811  (pytest fixtures imported from tests/test_lifecycle.py and tests/qcluster.py)
+# ruff: noqa: F811  (pytest fixtures imported from tests/test_lifecycle.py)
 from __future__ import annotations
 
 import contextlib
@@ -28,7 +28,6 @@ from sandboxes.errors import NoCapacity
 from sandboxes.models import CommandExecution, CommandStatus, Sandbox
 from tenants.models import AuditLog, Channel
 from tests.engine import engine_cleaning_up
-from tests.qcluster import qcluster  # noqa: F401  (fixture)
 from tests.test_lifecycle import INSTANCE, LONG_AGO, SYSTEM, age, audit_of, status_of
 from tests.test_lifecycle import own_instance as own_instance  # autouse fixture
 
@@ -222,7 +221,7 @@ def test_a_host_whose_socket_does_not_exist_is_down(real_docker):
 
 @pytest.mark.docker
 @pytest.mark.django_db(transaction=True)
-def test_a_real_qcluster_runs_the_sweep_schedule(real_docker, as_alice, engine, qcluster):  # noqa: F811
+def test_a_real_qcluster_runs_the_sweep_schedule(real_docker, as_alice, engine, qcluster):
     """Schedule row -> django-q2 scheduler -> queued task -> worker process -> sweep.
 
     The cluster's own scheduler first looks 30 s after it starts; the test calls the same

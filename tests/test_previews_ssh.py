@@ -1,4 +1,4 @@
-"""Previews end to end on an SSH host (a real OpenSSH sshd on loopback, tests/sshd.py): apps
+"""Previews end to end on an SSH host (a real OpenSSH sshd on loopback, tests/ssh/sshd.py): apps
 deployed through MCP over HTTP (fastmcp.Client, API keys) into sandboxes of a host shared by
 every team, whose login user may sudo (each sandbox runs as a Unix user of its own, and its
 ports are reached through the sandbox agent), answer through the preview proxy of a live
@@ -10,7 +10,6 @@ shared loopback, one team's sandbox must not be able to preview another team's l
 The apps are the stdlib programs of tests/fixtures/previews/ (as tests/test_previews_docker.py).
 """
 
-# ruff: noqa: F811  (pytest fixtures imported from tests/test_ssh_provision.py)
 from __future__ import annotations
 
 import contextlib
@@ -37,11 +36,14 @@ from sandboxes import services
 from sandboxes.models import Preview, Sandbox
 from tenants.principal import Principal
 from tests.live import World, run
-from tests.sshd import Sshd
-from tests.test_ssh_interfaces import register
-from tests.test_ssh_provision import SUDO_USER, server  # noqa: F401 - a fixture
+from tests.ssh.helpers import register
+from tests.ssh.logins import SUDO_USER
+from tests.ssh.sshd import Sshd
 
-pytestmark = pytest.mark.filterwarnings("ignore:The logging capability is deprecated")
+pytestmark = [
+    pytest.mark.sshd,
+    pytest.mark.filterwarnings("ignore:The logging capability is deprecated"),
+]
 FIXTURES = Path(__file__).parent / "fixtures" / "previews"
 DOWNLOAD_BYTES = 8_000_000
 B_SECRET = "team B's secret page, never to be seen through team A's preview\n"
@@ -85,7 +87,7 @@ def state_of(sandbox_id: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def module_workdir() -> Iterator[Path]:
     """A base directory of this module's own; what a failed run left of its sandboxes (their
-    users and processes) goes with it (as tests/test_ssh_provision.py's `workdir`)."""
+    users and processes) goes with it (as tests/conftest.py's `workdir`)."""
     path = Path(tempfile.mkdtemp(prefix="sandhub-previews-ssh-", dir="/var/tmp"))
     path.chmod(0o777)
     try:

@@ -2,7 +2,6 @@
 pinned host (the agent path, a Unix user per sandbox), and the backend on a host without
 python3 for the agent (the plain path: the shared scripts over exec channels)."""
 
-# ruff: noqa: F811  (pytest fixtures imported from other test modules)
 from __future__ import annotations
 
 import io
@@ -15,15 +14,9 @@ from hosts.backends.ssh.backend import SshBackend
 from sandboxes import services
 from sandboxes.errors import InvalidInput, NotFound
 from tenants.models import AuditLog
-from tests.ssh_agent_fixtures import base_dir as base_dir  # noqa: F401 - a fixture
-from tests.ssh_agent_fixtures import conns as conns  # noqa: F401 - a fixture
-from tests.ssh_agent_fixtures import make_sandbox as make_sandbox  # noqa: F401 - a fixture
-from tests.ssh_agent_fixtures import sandbox as sandbox  # noqa: F401 - a fixture
-from tests.sshd import sshd as sshd  # noqa: F401 - the module-scoped fixture
-from tests.test_ssh_plain import backend as plain_backend  # noqa: F401 - a fixture
-from tests.test_ssh_provision import server, workdir  # noqa: F401
-from tests.test_ssh_services import pinned, ssh_host  # noqa: F401
 from tests.trees import ROOT, extract, make_tree, snapshot, tar_of, walk
+
+pytestmark = pytest.mark.sshd
 
 
 def download(stream: Any) -> bytes:

@@ -1,6 +1,6 @@
 """SSH sandboxes' tar transfers (hosts/backends/ssh/tarstreams.py, archives.py), background
 jobs (jobs.py) and a sandbox with its own Unix user, against a real sshd on loopback
-(fixtures in tests/ssh_agent_fixtures.py).
+(fixtures: tests/ssh/conftest.py).
 """
 
 from __future__ import annotations
@@ -24,11 +24,7 @@ from hosts.backends.agent.link import AgentLink
 from hosts.backends.base import BackendError
 from hosts.backends.ssh.pool import ConnectionPool
 from hosts.backends.ssh.tarstreams import SshTars
-from tests.ssh_agent_fixtures import base_dir as base_dir  # noqa: F401 - a fixture
-from tests.ssh_agent_fixtures import conns as conns  # noqa: F401 - a fixture
-from tests.ssh_agent_fixtures import link as link  # noqa: F401 - a fixture
-from tests.ssh_agent_fixtures import make_sandbox as make_sandbox  # noqa: F401 - a fixture
-from tests.ssh_agent_fixtures import (
+from tests.ssh.helpers import (
     make_tar,
     new_link,
     poll_until_done,
@@ -37,10 +33,9 @@ from tests.ssh_agent_fixtures import (
     untar,
     wait_for,
 )
-from tests.ssh_agent_fixtures import sandbox as sandbox  # noqa: F401 - a fixture
-from tests.ssh_agent_fixtures import sudo_for_test_user as sudo_for_test_user  # noqa: F401 - a fixture
-from tests.sshd import Sshd
-from tests.sshd import sshd as sshd  # noqa: F401 - the module-scoped fixture
+from tests.ssh.sshd import Sshd
+
+pytestmark = pytest.mark.sshd
 
 # -- transfers ---------------------------------------------------------------------------------
 

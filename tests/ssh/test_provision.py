@@ -1,176 +1,36 @@
 """Sandboxes on an SSH host made and removed for real (hosts.backends.ssh: layout, provision)
-through a real sshd on loopback (tests/sshd.py). Probes and list_managed are in
-test_ssh_hostprobe.py; it and other SSH tests use this file's fixtures and users.
-
-Two login users of this file's own (the shared test user of tests/sshd.py is left as it is):
-`sandhub-test-sudo` may `sudo -n` anything (per-sandbox users) and finds the fake nvidia-smi
-(tests/bin, two GPUs: idle, busy) first on its PATH; `sandhub-test-nosudo` may not (every
-sandbox runs as it). Both are created once and kept, like the shared one.
+through a real sshd on loopback (the `server` of tests/conftest.py), as either login user of
+tests/ssh/logins.py: `sandhub-test-sudo` may `sudo -n` anything (per-sandbox users),
+`sandhub-test-nosudo` may not (every sandbox runs as it). Probes and list_managed are in
+test_hostprobe.py.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
-import secrets
-import shlex
 import shutil
-import string
 import subprocess
-import tempfile
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from hosts.backends.base import BackendError, SandboxGone, SandboxSpec
+from hosts.backends.base import BackendError, SandboxGone
 from hosts.backends.ssh import layout
-from hosts.backends.ssh.connection import SshConnection
-from hosts.backends.ssh.hostprobe import (
-    HostFacts,
-    host_facts,
-)
 from hosts.backends.ssh.provision import destroy, ensure_present, provision, status
-from tests.sshd import STATE_DIR, Sshd, ensure_test_user
+from tests.ssh.helpers import (
+    INSTANCE,
+    alive,
+    modes,
+    new_id,
+    sh,
+    spec,
+    start_detached,
+    timed,
+    user_exists,
+)
+from tests.ssh.logins import PLAIN_USER, SUDO_USER
 
-SUDO_USER, PLAIN_USER = "sandhub-test-sudo", "sandhub-test-nosudo"
-SUDOERS = Path("/etc/sudoers.d/sandhub-test-sudo")
-FAKE_BIN = Path(__file__).resolve().parent / "bin"
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "nvidia-smi"
-INSTANCE = "test-instance"
-
-
-def _run(*argv: str) -> str:
-    return subprocess.run(argv, check=True, capture_output=True, text=True, timeout=60).stdout
-
-
-def _set_up_users() -> None:
-    for user in (SUDO_USER, PLAIN_USER):
-        if subprocess.run(["id", "-u", user], capture_output=True).returncode != 0:
-            _run("useradd", "--create-home", "--shell", "/bin/bash", user)
-        _run("usermod", "-p", "*", user)  # no password, yet not locked: sshd lets keys in
-    SUDOERS.write_text(f"{SUDO_USER} ALL=(ALL) NOPASSWD: ALL\n")
-    SUDOERS.chmod(0o440)
-    _run("visudo", "-cf", str(SUDOERS))
-    home = Path(f"/home/{SUDO_USER}")
-    state = f"FAKE_NVIDIA_SMI_STATE=idle,busy\nFAKE_NVIDIA_SMI_FIXTURES={FIXTURES}\n"
-    for name, text in ((".bashrc", f"export PATH={FAKE_BIN}:$PATH\n"), (".fake-nvidia-smi", state)):
-        (home / name).write_text(text)
-        (home / name).chmod(0o644)  # written by root under umask 077: the user reads them
-
-
-class ProvisionSshd(Sshd):
-    """The test sshd, also letting this file's two users in (same client keys)."""
-
-    def _write_config(self) -> None:
-        super()._write_config()
-        allow = f"AllowUsers {self.username}"
-        text = self.config_path.read_text().replace(allow, f"{allow} {SUDO_USER} {PLAIN_USER}")
-        self.config_path.write_text(text)
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[Sshd]:
-    ensure_test_user()
-    with open(STATE_DIR / "provision-lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        _set_up_users()
-    sshd = ProvisionSshd().start()
-    try:
-        yield sshd
-    finally:
-        sshd.close()
-
-
-def _login(server: Sshd, user: str) -> Iterator[tuple[SshConnection, HostFacts]]:
-    with SshConnection(server.target(username=user)) as conn:
-        yield conn, host_facts(conn)
-
-
-@pytest.fixture(scope="module")
-def sudo(server: Sshd) -> Iterator[tuple[SshConnection, HostFacts]]:
-    yield from _login(server, SUDO_USER)  # may sudo: sandboxes get users of their own
-
-
-@pytest.fixture(scope="module")
-def plain(server: Sshd) -> Iterator[tuple[SshConnection, HostFacts]]:
-    yield from _login(server, PLAIN_USER)  # may not: sandboxes run as it
-
-
-@pytest.fixture
-def workdir() -> Iterator[Path]:
-    """A directory of this test's own (open: the no-sudo login user makes its base there);
-    what a failed test left of its sandboxes goes with it."""
-    path = Path(tempfile.mkdtemp(prefix="sandhub-test-", dir="/var/tmp"))
-    path.chmod(0o777)
-    try:
-        yield path
-    finally:
-        for line in _run("getent", "passwd").splitlines():
-            name, home = line.split(":")[0], line.split(":")[5]
-            if name.startswith("sbx-") and home.startswith(f"{path}/"):
-                subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
-                subprocess.run(["userdel", name], capture_output=True)
-        needle = f"SANDHUB_WORKSPACE={path}/".encode()  # no-sudo sandboxes' processes
-        for entry in os.scandir("/proc"):
-            with contextlib.suppress(OSError):
-                if entry.name.isdigit() and needle in Path(entry.path, "environ").read_bytes():
-                    os.kill(int(entry.name), 9)
-        shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def base(workdir: Path) -> str:
-    return str(workdir / "base")  # provision makes it
-
-
-def new_id(prefix: str = "sb_") -> str:
-    alphabet = string.ascii_lowercase + string.digits
-    return prefix + "".join(secrets.choice(alphabet) for _ in range(12))
-
-
-def spec(sandbox_id: str | None = None, gpus: tuple[int, ...] = ()) -> SandboxSpec:
-    return SandboxSpec(sandbox_id=sandbox_id or new_id(), image_reference="", cpus=1.5,
-                       memory_mb=512, pids_limit=200, network=True,
-                       env={"GREETING": "hi there"}, gpus=gpus)  # fmt: skip
-
-
-def sh(conn: SshConnection, command: str, *, root: bool = False) -> str:
-    if root:
-        command = f"sudo -n /bin/sh -c {shlex.quote(command)}"
-    result = conn.run(command, timeout=30)
-    assert result.ok, (command, result)
-    return result.stdout.decode()
-
-
-def modes(conn: SshConnection, *paths: str, root: bool = True) -> list[str]:
-    """`mode owner group` of each path, read on the host (by root, or the login user)."""
-    quoted = " ".join(shlex.quote(p) for p in paths)
-    return sh(conn, f"stat -c '%a %U %G' {quoted}", root=root).splitlines()
-
-
-def alive(conn: SshConnection, pid: int) -> bool:
-    """Running (not a zombie: this machine's init does not reap orphans)."""
-    state = conn.run(f"ps -o stat= -p {pid}", timeout=10).stdout.decode().strip()
-    return bool(state) and not state.startswith("Z")
-
-
-def start_detached(conn: SshConnection, state: dict) -> int:
-    """A double-forked sleep of the sandbox, out of its session and ignoring hang-ups."""
-    line = "setsid nohup sleep 1000 >/dev/null 2>&1 & echo $!"
-    return int(sh(conn, layout.as_sandbox(state, line)).strip())
-
-
-def user_exists(conn: SshConnection, name: str) -> bool:
-    return conn.run(f"id -u {name}", timeout=10).ok
-
-
-def timed(call, *args, **kwargs):
-    started = time.perf_counter()
-    result = call(*args, **kwargs)
-    return result, f"{(time.perf_counter() - started) * 1000:.0f} ms"
+pytestmark = pytest.mark.sshd
 
 
 # -- provision and destroy ---------------------------------------------------------------------

@@ -1,10 +1,10 @@
 """Port streams on SSH hosts (SshBackend.open_port), against a real sshd on loopback (fixtures
-in tests/ssh_agent_fixtures.py): through the sandbox agent, which connects only to a listener
+in tests/ssh/conftest.py): through the sandbox agent, which connects only to a listener
 of the sandbox's own user; through a direct-tcpip channel where the host has no python3 and
 no per-sandbox users; refused where it has per-sandbox users but no python3.
 
 The host's loopback is this machine's: apps listen on free ports of it. The agent is made
-unavailable as tests/test_ssh_plain.py does (a python that is not installed).
+unavailable as tests/ssh/test_plain.py does (a python that is not installed).
 """
 
 from __future__ import annotations
@@ -26,14 +26,11 @@ from hosts.backends.ssh.backend import SshBackend
 from hosts.backends.ssh.hostprobe import HostFacts
 from hosts.backends.ssh.ports import ChannelPortStream
 from hosts.models import Credential, Host
-from tests.ssh_agent_fixtures import base_dir as base_dir  # noqa: F401 - a fixture
-from tests.ssh_agent_fixtures import conns as conns  # noqa: F401 - a fixture
-from tests.ssh_agent_fixtures import make_sandbox as make_sandbox  # noqa: F401 - a fixture
-from tests.ssh_agent_fixtures import sudo_for_test_user as sudo_for_test_user  # noqa: F401
-from tests.sshd import Sshd
-from tests.sshd import sshd as sshd  # noqa: F401 - the module-scoped fixture
+from tests.ssh.helpers import ABSENT_PYTHON
+from tests.ssh.sshd import Sshd
 
-ABSENT_PYTHON = "python3-absent"
+pytestmark = pytest.mark.sshd
+
 MIB = 1024 * 1024
 
 ECHO_SERVER = """
@@ -51,7 +48,7 @@ while True:
 """
 
 
-def make_backend(sshd: Sshd, base_dir: str, *, agent: bool) -> SshBackend:  # noqa: F811
+def make_backend(sshd: Sshd, base_dir: str, *, agent: bool) -> SshBackend:
     key = sshd.client_keys["ed25519"]
     credential = Credential(name="ports", kind=Credential.Kind.PRIVATE_KEY, username=sshd.username)
     credential.set_secret(key.text)
@@ -71,20 +68,20 @@ def make_backend(sshd: Sshd, base_dir: str, *, agent: bool) -> SshBackend:  # no
 
 
 @pytest.fixture
-def backend(sshd: Sshd, base_dir: str) -> Iterator[SshBackend]:  # noqa: F811
+def backend(sshd: Sshd, base_dir: str) -> Iterator[SshBackend]:
     ssh = make_backend(sshd, base_dir, agent=True)
     yield ssh
     ssh.close()
 
 
 @pytest.fixture
-def plain(sshd: Sshd, base_dir: str) -> Iterator[SshBackend]:  # noqa: F811
+def plain(sshd: Sshd, base_dir: str) -> Iterator[SshBackend]:
     ssh = make_backend(sshd, base_dir, agent=False)
     yield ssh
     ssh.close()
 
 
-def facts(sshd: Sshd, *, per_sandbox_users: bool) -> HostFacts:  # noqa: F811
+def facts(sshd: Sshd, *, per_sandbox_users: bool) -> HostFacts:
     return HostFacts(
         login_user=sshd.username,
         uid=pwd.getpwnam(sshd.username).pw_uid,
@@ -129,7 +126,7 @@ def round_trip(stream: PortStream, data: bytes) -> bytes:
 
 def test_through_the_agent(
     backend: SshBackend,
-    make_sandbox: Callable[..., dict[str, Any]],  # noqa: F811
+    make_sandbox: Callable[..., dict[str, Any]],
 ) -> None:
     state = make_sandbox()
     port = start_echo(backend, state)
@@ -148,8 +145,8 @@ def test_through_the_agent(
 def test_another_sandbox_users_listener_is_refused(
     backend: SshBackend,
     plain: SshBackend,
-    make_sandbox: Callable[..., dict[str, Any]],  # noqa: F811
-    sshd: Sshd,  # noqa: F811
+    make_sandbox: Callable[..., dict[str, Any]],
+    sshd: Sshd,
 ) -> None:
     mine, theirs = make_sandbox(own_user=True), make_sandbox(own_user=True)
     assert mine["user"] != theirs["user"]
@@ -166,8 +163,8 @@ def test_another_sandbox_users_listener_is_refused(
 
 def test_direct_tcpip_on_a_host_without_python3_nor_per_sandbox_users(
     plain: SshBackend,
-    make_sandbox: Callable[..., dict[str, Any]],  # noqa: F811
-    sshd: Sshd,  # noqa: F811
+    make_sandbox: Callable[..., dict[str, Any]],
+    sshd: Sshd,
 ) -> None:
     plain._facts = facts(sshd, per_sandbox_users=False)
     state = make_sandbox()

@@ -1,4 +1,4 @@
-"""The SSH connection layer against a real OpenSSH server on loopback (tests/sshd.py)."""
+"""The SSH connection layer against a real OpenSSH server on loopback (tests/ssh/sshd.py)."""
 
 from __future__ import annotations
 
@@ -23,8 +23,9 @@ from hosts.backends.ssh.connection import SshConnection
 from hosts.backends.ssh.hostkeys import fetch_host_key, fingerprint
 from hosts.backends.ssh.keys import load_private_key
 from hosts.backends.ssh.pool import ConnectionPool
-from tests.sshd import LOGINS, Sshd, keygen_fingerprint, running_sshd
-from tests.sshd import sshd as sshd  # noqa: F401 - the module-scoped fixture
+from tests.ssh.sshd import LOGINS, Sshd, keygen_fingerprint, running_sshd
+
+pytestmark = pytest.mark.sshd
 
 
 @pytest.fixture

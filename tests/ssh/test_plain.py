@@ -1,11 +1,11 @@
 """SSH hosts without python3 (hosts/backends/ssh/plain.py): commands, background jobs and
 listings over plain exec channels, through SshBackend's fallback, against a real sshd on
-loopback (fixtures in tests/ssh_agent_fixtures.py).
+loopback (fixtures: tests/ssh/conftest.py).
 
 How the agent is made unavailable: the backend's agent link is built with a python that is
-not installed (`python3-absent`), which is what a host without python3 looks like to it (the
-start fails with exit 127 -> AgentUnavailable), so every call below goes the plain way. The
-Host and its Credential are unsaved model objects: no database is needed.
+not installed (ABSENT_PYTHON, `python3-absent`), which is what a host without python3 looks
+like to it (the start fails with exit 127 -> AgentUnavailable), so every call below goes the
+plain way. The Host and its Credential are unsaved model objects: no database is needed.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import io
 import secrets
 import tarfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -25,38 +25,16 @@ from hosts.backends.agent.jobs import AgentJobs
 from hosts.backends.agent.link import AgentLink
 from hosts.backends.base import JobStatus
 from hosts.backends.ssh.backend import SshBackend
-from hosts.models import Credential, Host
-from tests.ssh_agent_fixtures import CAP, remote_processes, wait_for
-from tests.ssh_agent_fixtures import base_dir as base_dir  # noqa: F401 - a fixture
-from tests.ssh_agent_fixtures import conns as conns  # noqa: F401 - a fixture
-from tests.ssh_agent_fixtures import link as link  # noqa: F401 - a fixture
-from tests.ssh_agent_fixtures import make_sandbox as make_sandbox  # noqa: F401 - a fixture
-from tests.ssh_agent_fixtures import sandbox as sandbox  # noqa: F401 - a fixture
-from tests.ssh_agent_fixtures import sudo_for_test_user as sudo_for_test_user  # noqa: F401
-from tests.sshd import Sshd
-from tests.sshd import sshd as sshd  # noqa: F401 - the module-scoped fixture
+from tests.ssh.helpers import ABSENT_PYTHON, CAP, remote_processes, wait_for
+from tests.ssh.sshd import Sshd
 
-ABSENT_PYTHON = "python3-absent"
+pytestmark = pytest.mark.sshd
 
 
 @pytest.fixture
-def backend(sshd: Sshd, base_dir: str) -> Iterator[SshBackend]:  # noqa: F811
-    key = sshd.client_keys["ed25519"]
-    credential = Credential(name="plain", kind=Credential.Kind.PRIVATE_KEY, username=sshd.username)
-    credential.set_secret(key.text)
-    host = Host(
-        name="plain-box",
-        kind="ssh",
-        endpoint=f"{sshd.address}:{sshd.port}",
-        credential=credential,
-        base_dir=base_dir,
-        host_key_pinned=sshd.fingerprint,
-        host_key_type="ssh-ed25519",
-    )
-    ssh = SshBackend(host)
-    ssh.place.python = ABSENT_PYTHON  # what a host without python3 looks like to the backend
-    yield ssh
-    ssh.close()
+def backend(plain_backend: SshBackend) -> SshBackend:
+    """The backend of a host without python3 (`plain_backend`, tests/ssh/conftest.py)."""
+    return plain_backend
 
 
 def run(backend: SshBackend, state: dict[str, Any], script: str, **options: Any) -> Any:
@@ -86,7 +64,7 @@ def token() -> str:
 
 def test_the_agent_is_unavailable_and_commands_run_plain(
     backend: SshBackend,
-    sandbox: dict[str, Any],  # noqa: F811
+    sandbox: dict[str, Any],
 ) -> None:
     result = backend.exec(
         sandbox,
@@ -113,7 +91,7 @@ def test_the_agent_is_unavailable_and_commands_run_plain(
 
 def test_exit_code_streams_and_live_output(
     backend: SshBackend,
-    sandbox: dict[str, Any],  # noqa: F811
+    sandbox: dict[str, Any],
 ) -> None:
     seen: list[tuple[float, str, bytes]] = []
     started = time.monotonic()
@@ -131,7 +109,7 @@ def test_exit_code_streams_and_live_output(
     assert seen[0][0] < 0.9, "the first line came only at the end, not live"
 
 
-def test_stdin_small_and_large(backend: SshBackend, sandbox: dict[str, Any]) -> None:  # noqa: F811
+def test_stdin_small_and_large(backend: SshBackend, sandbox: dict[str, Any]) -> None:
     assert run(backend, sandbox, "cat", stdin=b"abc").stdout == b"abc"
     big = secrets.token_bytes(3 * 1024 * 1024)  # over Docker's 64 KiB: the channel carries it
     result = run(backend, sandbox, "sha256sum", stdin=big)
@@ -141,7 +119,7 @@ def test_stdin_small_and_large(backend: SshBackend, sandbox: dict[str, Any]) -> 
 
 def test_50_mb_of_output_is_capped_with_true_counts(
     backend: SshBackend,
-    sandbox: dict[str, Any],  # noqa: F811
+    sandbox: dict[str, Any],
 ) -> None:
     cap = 1024 * 1024
     script = "head -c 50000000 /dev/zero; head -c 3000000 /dev/zero >&2"
@@ -154,8 +132,8 @@ def test_50_mb_of_output_is_capped_with_true_counts(
 
 def test_a_timeout_kills_the_whole_tree(
     backend: SshBackend,
-    sshd: Sshd,  # noqa: F811
-    make_sandbox: Callable[..., dict[str, Any]],  # noqa: F811
+    sshd: Sshd,
+    make_sandbox: Callable[..., dict[str, Any]],
 ) -> None:
     for own_user in (False, True):
         state = make_sandbox(own_user=own_user)
@@ -174,8 +152,8 @@ def test_a_timeout_kills_the_whole_tree(
 
 def test_a_failing_callback_kills_the_command(
     backend: SshBackend,
-    sshd: Sshd,  # noqa: F811
-    sandbox: dict[str, Any],  # noqa: F811
+    sshd: Sshd,
+    sandbox: dict[str, Any],
 ) -> None:
     mark = token()
 
@@ -199,7 +177,7 @@ def start(backend: SshBackend, state: dict[str, Any], script: str, **options: An
 
 def test_a_background_job_runs_to_its_exit_code(
     backend: SshBackend,
-    sandbox: dict[str, Any],  # noqa: F811
+    sandbox: dict[str, Any],
 ) -> None:
     job = start(backend, sandbox, 'echo "out $JOB_VAR"; pwd; echo err >&2; sleep 1; exit 3')
     assert job["dir"].startswith(sandbox["meta"] + "/jobs/") and job["pid"] > 1
@@ -217,8 +195,8 @@ def test_a_background_job_runs_to_its_exit_code(
 
 def test_a_cancelled_job_leaves_no_process(
     backend: SshBackend,
-    sshd: Sshd,  # noqa: F811
-    sandbox: dict[str, Any],  # noqa: F811
+    sshd: Sshd,
+    sandbox: dict[str, Any],
 ) -> None:
     a, b = token(), token()
     # One that ignores SIGTERM, one that left the session: both must go.
@@ -235,9 +213,9 @@ def test_a_cancelled_job_leaves_no_process(
 
 def test_either_path_polls_and_cancels_the_others_jobs(
     backend: SshBackend,
-    sshd: Sshd,  # noqa: F811
-    link: AgentLink,  # noqa: F811
-    sandbox: dict[str, Any],  # noqa: F811
+    sshd: Sshd,
+    link: AgentLink,
+    sandbox: dict[str, Any],
 ) -> None:
     agent_jobs = AgentJobs(link)  # a working agent on the same sandbox
     plain_started = start(backend, sandbox, "echo plain; exit 5")
@@ -256,7 +234,7 @@ def test_either_path_polls_and_cancels_the_others_jobs(
 # -- listings ----------------------------------------------------------------------------------
 
 
-def test_list_dir(backend: SshBackend, sandbox: dict[str, Any]) -> None:  # noqa: F811
+def test_list_dir(backend: SshBackend, sandbox: dict[str, Any]) -> None:
     setup = "mkdir -p sub && printf 12345 > sub/five && ln -s five sub/link && mkdir sub/d"
     assert run(backend, sandbox, setup).exit_code == 0
     entries = {e.name: e for e in backend.list_dir(sandbox, "/workspace/sub")}
@@ -274,7 +252,7 @@ def test_list_dir(backend: SshBackend, sandbox: dict[str, Any]) -> None:  # noqa
 
 def test_uploads_and_downloads_without_the_agent(
     backend: SshBackend,
-    sandbox: dict[str, Any],  # noqa: F811
+    sandbox: dict[str, Any],
 ) -> None:
     payload = secrets.token_bytes(200_000)
     archive = io.BytesIO()

@@ -1,6 +1,6 @@
 """The sandbox agent over SSH (hosts/backends/agent/link.py, ssh/agent.py,
 transport.py): commands, files, failures, and the round trip's figure, against a real sshd
-on loopback (fixtures in tests/ssh_agent_fixtures.py).
+on loopback (fixtures: tests/ssh/conftest.py).
 """
 
 from __future__ import annotations
@@ -25,15 +25,10 @@ from hosts.backends.ssh import layout
 from hosts.backends.ssh.agent import agent_link
 from hosts.backends.ssh.errors import SshConnectionLost
 from hosts.backends.ssh.pool import ConnectionPool
-from tests.ssh_agent_fixtures import CAP, new_link, remote_processes, run, wait_for
-from tests.ssh_agent_fixtures import base_dir as base_dir  # noqa: F401 - a fixture
-from tests.ssh_agent_fixtures import conns as conns  # noqa: F401 - a fixture
-from tests.ssh_agent_fixtures import link as link  # noqa: F401 - a fixture
-from tests.ssh_agent_fixtures import make_sandbox as make_sandbox  # noqa: F401 - a fixture
-from tests.ssh_agent_fixtures import sandbox as sandbox  # noqa: F401 - a fixture
-from tests.ssh_agent_fixtures import sudo_for_test_user as sudo_for_test_user  # noqa: F401 - a fixture
-from tests.sshd import Sshd, running_sshd
-from tests.sshd import sshd as sshd  # noqa: F401 - the module-scoped fixture
+from tests.ssh.helpers import CAP, new_link, remote_processes, run, wait_for
+from tests.ssh.sshd import Sshd, running_sshd
+
+pytestmark = pytest.mark.sshd
 
 # -- commands ----------------------------------------------------------------------------------
 

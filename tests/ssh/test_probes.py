@@ -20,7 +20,7 @@ import pytest
 from hosts.backends.ssh import probes
 from hosts.backends.ssh.probes import CpuTimes, GpuUse, NotEnoughGpus
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 FAKE_BIN = TESTS / "bin"
 FIXTURES = TESTS / "fixtures" / "nvidia-smi"
 if not FIXTURES.is_dir():  # the real outputs are the point of these tests: never skip them

@@ -1,9 +1,8 @@
 """Probing an SSH host and finding what this instance made there (hosts.backends.ssh.hostprobe)
 for real, through a real sshd on loopback: with sudo and the fake nvidia-smi's two GPUs,
 without either, over a closed connection; list_managed for per-sandbox users and a shared one.
-Fixtures, users and helpers: test_ssh_provision.py."""
+Fixtures: tests/ssh/conftest.py; users: tests/ssh/logins.py; helpers: tests/ssh/helpers.py."""
 
-# ruff: noqa: F811  (pytest fixtures imported from tests/test_ssh_provision.py)
 from __future__ import annotations
 
 import os
@@ -15,12 +14,10 @@ import pytest
 from hosts.backends.ssh.connection import SshConnection
 from hosts.backends.ssh.hostprobe import facts_from_details, list_managed, probe
 from hosts.backends.ssh.provision import destroy, provision
-from tests.test_ssh_provision import INSTANCE, PLAIN_USER, _run, new_id, spec, timed, user_exists
-from tests.test_ssh_provision import base as base  # fixture
-from tests.test_ssh_provision import plain as plain  # fixture
-from tests.test_ssh_provision import server as server  # fixture
-from tests.test_ssh_provision import sudo as sudo  # fixture
-from tests.test_ssh_provision import workdir as workdir  # fixture
+from tests.ssh.helpers import INSTANCE, new_id, spec, timed, user_exists
+from tests.ssh.logins import PLAIN_USER, run_here
+
+pytestmark = pytest.mark.sshd
 
 
 def test_probe_with_sudo_and_gpus(sudo, base):
@@ -78,7 +75,7 @@ def test_list_managed_finds_ours_only(own, request, base):
     assert user_exists(conn, ours[0]["user"]) is not own  # the login user stays
     assert os.path.isdir(theirs["dir"])
     if own:  # its user gone (a destroy cut short): still known as its own, still removable
-        _run("userdel", ours[1]["user"])
+        run_here("userdel", ours[1]["user"])
     left = list_managed(conn, base, INSTANCE, sudo=facts.sudo)
     assert {r.label_id for r in left} == {ours[1]["sandbox_id"], pool["sandbox_id"]}
     (second,) = [r for r in left if r.label_id == ours[1]["sandbox_id"]]

@@ -1,6 +1,6 @@
 """A real OpenSSH server on loopback for tests (not a test module).
 
-    with running_sshd() as server:          # or the `sshd` fixture below
+    with running_sshd() as server:          # or the `sshd` fixture (tests/ssh/conftest.py)
         conn = SshConnection(server.target("ed25519"))
 
 Each `Sshd` is its own `/usr/sbin/sshd -D` on 127.0.0.1 and a free port, with host keys
@@ -384,10 +384,3 @@ def running_sshd(**options: int | None) -> Iterator[Sshd]:
         yield server
     finally:
         server.close()
-
-
-@pytest.fixture(scope="module")
-def sshd() -> Iterator[Sshd]:
-    """One sshd for a test module (for tests that leave it as they found it)."""
-    with running_sshd() as server:
-        yield server

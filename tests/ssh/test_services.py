@@ -3,67 +3,29 @@ host key fetched and confirmed by an admin, then sandboxes created, used and del
 sandboxes.services exactly as on Docker; each sandbox with a Unix user of its own (the login
 user may sudo), GPUs from the fake nvidia-smi (the real H100 outputs)."""
 
-# ruff: noqa: F811  (pytest fixtures imported from tests/test_ssh_provision.py)
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from hosts.backends import reset_backends
 from hosts.backends.ssh.connection import SshConnection
-from hosts.models import Credential, Host
+from hosts.models import Host
 from sandboxes import services
 from sandboxes.errors import BackendFailure, NoCapacity, NotFound
 from sandboxes.models import CommandExecution, Sandbox
 from sandboxes.results import UploadFile
 from tenants.models import AuditLog
 from tenants.principal import Principal
-from tests.qcluster import qcluster  # noqa: F401  (the fixture)
 from tests.services.helpers import final_row, wait_for
-from tests.sshd import Sshd
-from tests.test_ssh_provision import SUDO_USER, ProvisionSshd, server, workdir  # noqa: F401
+from tests.ssh.helpers import host_on
+from tests.ssh.logins import SUDO_USER, ProvisionSshd
+from tests.ssh.sshd import Sshd
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.sshd, pytest.mark.django_db(transaction=True)]
 SYSTEM = Principal.system()
-
-
-@pytest.fixture
-def ssh_host(server: Sshd, workdir: Path, settings, docker_host, image) -> Iterator[Host]:
-    yield from _host_on(server, workdir, settings, docker_host)
-
-
-def _host_on(server: Sshd, workdir: Path, settings, docker_host) -> Iterator[Host]:
-    settings.SANDHUB_BACKENDS = {
-        "docker": "tests.fakes.FakeBackend",
-        "ssh": "hosts.backends.ssh.backend.SshBackend",
-    }
-    Host.objects.filter(pk=docker_host.pk).update(enabled=False)  # only the SSH host
-    key = server.client_keys["ed25519"]
-    credential = Credential(name="gpu-box", kind=Credential.Kind.PRIVATE_KEY, username=SUDO_USER)
-    credential.set_secret(key.text)
-    credential.save()
-    host = Host.objects.create(
-        name="gpu-box",
-        kind="ssh",
-        endpoint=f"{server.address}:{server.port}",
-        credential=credential,
-        base_dir=str(workdir / "base"),
-    )
-    reset_backends()
-    yield host
-    reset_backends()
-
-
-@pytest.fixture
-def pinned(ssh_host: Host) -> Host:
-    info = services.fetch_host_key(SYSTEM, ssh_host.pk)
-    services.confirm_host_key(SYSTEM, ssh_host.pk, info.fingerprint)
-    services.probe_host(SYSTEM, ssh_host.pk)  # facts (sudo) and GPUs, as the schedule does
-    ssh_host.refresh_from_db()
-    return ssh_host
 
 
 def outside(server: Sshd, command: str) -> str:
@@ -181,7 +143,7 @@ def test_a_changed_host_key_refuses_every_connection_with_an_audit_row(
 ) -> None:
     own = ProvisionSshd().start()  # its keys change below: not the module's server
     try:
-        for host in _host_on(own, workdir, settings, docker_host):
+        for host in host_on(own, workdir, settings, docker_host):
             info = services.fetch_host_key(SYSTEM, host.pk)
             services.confirm_host_key(SYSTEM, host.pk, info.fingerprint)
             assert services.probe_host(SYSTEM, host.pk).healthy

@@ -1,4 +1,4 @@
-"""SSH sandboxes through MCP and REST: a real OpenSSH sshd on loopback (tests/sshd.py), a live
+"""SSH sandboxes through MCP and REST: a real OpenSSH sshd on loopback (tests/ssh/sshd.py), a live
 uvicorn on the test database (tests/conftest.py), fastmcp.Client and HTTP with Bearer keys.
 
 Each test registers its own hosts (key fetched and confirmed, probed, as an admin does) with
@@ -6,7 +6,6 @@ a base directory of its own, and disables them when it ends: create_sandbox land
 host its test left enabled (the world's Docker host stays disabled).
 """
 
-# ruff: noqa: F811  (pytest fixtures imported from tests/test_ssh_provision.py)
 from __future__ import annotations
 
 import asyncio
@@ -23,23 +22,21 @@ import pytest
 from django.db import connections
 from fastmcp import Client
 
-from hosts.models import Credential, Host
+from hosts.models import Host
 from sandboxes import services
 from sandboxes.errors import BackendFailure, NoCapacity
 from sandboxes.models import CommandExecution, Sandbox
-from tenants.models import AuditLog, Team
+from tenants.models import AuditLog
 from tenants.principal import Principal
 from tests.live import World, in_thread, run
-from tests.sshd import Sshd, descendants
-from tests.test_ssh_provision import (  # noqa: F401
-    PLAIN_USER,
-    SUDO_USER,
-    ProvisionSshd,
-    server,
-    workdir,
-)
+from tests.ssh.helpers import register
+from tests.ssh.logins import PLAIN_USER, SUDO_USER, ProvisionSshd
+from tests.ssh.sshd import Sshd, descendants
 
-pytestmark = pytest.mark.filterwarnings("ignore:The logging capability is deprecated")
+pytestmark = [
+    pytest.mark.sshd,
+    pytest.mark.filterwarnings("ignore:The logging capability is deprecated"),
+]
 SYSTEM = Principal.system()
 
 
@@ -50,22 +47,6 @@ SYSTEM = Principal.system()
 def ssh_world(world: World) -> World:
     Host.objects.filter(kind=Host.Kind.DOCKER).update(enabled=False)  # SSH hosts only
     return world
-
-
-def register(sshd: Sshd, name: str, user: str, base_dir: Path, team: Team | None = None) -> Host:
-    """An SSH host as an admin adds it: credential, key fetched and confirmed, probed."""
-    credential = Credential(name=name, kind=Credential.Kind.PRIVATE_KEY, username=user)
-    credential.set_secret(sshd.client_keys["ed25519"].text)
-    credential.save()
-    host = Host.objects.create(name=name, kind=Host.Kind.SSH, credential=credential,
-                               endpoint=f"{sshd.address}:{sshd.port}", base_dir=str(base_dir),
-                               team=team)  # fmt: skip
-    seen = services.fetch_host_key(SYSTEM, host.pk)
-    assert seen.fingerprint == sshd.fingerprint
-    services.confirm_host_key(SYSTEM, host.pk, seen.fingerprint)
-    assert services.probe_host(SYSTEM, host.pk).healthy
-    host.refresh_from_db()
-    return host
 
 
 @pytest.fixture
