@@ -1,79 +1,30 @@
-"""Auto-cleanup, host probes, reconciliation and the schedules that run them.
-
-On the in-memory backend (fast); test_lifecycle_docker.py does the same on the real Docker
-engine and in a real qcluster worker.
-Every test runs as its own Sandhub instance (SANDHUB_INSTANCE), so reconciliation here never
-touches containers of other deployments or of other test runs on the same engine.
-"""
+"""Auto-cleanup (sandboxes/housekeeping/sweep.py): expired and idle sandboxes deleted as the
+system, busy and recent ones kept, sandboxes stuck mid-creation or mid-deletion finished,
+failed deletions retried; on the in-memory backend, then on the real Docker engine.
+Fixtures: tests/services/housekeeping/conftest.py."""
 
 from __future__ import annotations
 
-import uuid
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
-from django.utils.module_loading import import_string
-from django_q.models import Schedule
 
-from hosts.backends import get_backend
-from hosts.backends.base import LABEL_INSTANCE, SandboxSpec
 from hosts.models import Host
-from sandboxes import schedules, services, tasks
-from sandboxes.errors import NoCapacity, PermissionDenied
+from sandboxes import services, tasks
 from sandboxes.models import CommandExecution, CommandStatus, Sandbox
 from tenants.models import AuditLog, Channel
-from tenants.principal import Principal
 from tests.fakes import FakeBackend
+from tests.services.housekeeping.helpers import (
+    LONG_AGO,
+    SYSTEM,
+    age,
+    audit_of,
+    engine_has,
+    status_of,
+)
 
-INSTANCE = f"pytest-{uuid.uuid4().hex[:8]}"
-SYSTEM = Principal.system()
-LONG_AGO = timedelta(hours=5)
-
-
-@pytest.fixture(autouse=True)
-def own_instance(settings):
-    settings.SANDHUB_INSTANCE = INSTANCE
-    FakeBackend.down_hosts = set()
-    FakeBackend.fail_claim = None
-    yield
-    FakeBackend.down_hosts = set()
-
-
-def age(sandbox_id: str, **fields) -> None:
-    Sandbox.objects.filter(public_id=sandbox_id).update(**fields)
-
-
-def status_of(sandbox_id: str) -> str:
-    return Sandbox.objects.get(public_id=sandbox_id).status
-
-
-def audit_of(action: str) -> AuditLog:
-    return AuditLog.objects.get(action=action)
-
-
-# --- schedules -------------------------------------------------------------------------------
-
-
-@pytest.mark.django_db
-def test_schedules_exist_after_migrate_and_are_created_once():
-    names = {spec.name for spec in schedules.SCHEDULES}
-    rows = Schedule.objects.filter(name__in=names)
-    assert {r.name for r in rows} == names  # made by the migrate that built the test database
-    for row in rows:
-        assert callable(import_string(row.func))
-        assert row.schedule_type == Schedule.MINUTES and row.repeats == -1
-    assert {r.name: r.minutes for r in rows}["sandhub.sweep"] == 1
-    # An admin's change survives; a deleted schedule comes back; nothing is duplicated.
-    Schedule.objects.filter(name="sandhub.reconcile").update(minutes=15)
-    Schedule.objects.filter(name="sandhub.sweep").delete()
-    assert schedules.ensure_schedules() == ["sandhub.sweep"]
-    assert schedules.ensure_schedules() == []
-    assert Schedule.objects.filter(name__in=names).count() == len(names)
-    assert Schedule.objects.get(name="sandhub.reconcile").minutes == 15
-
-
-# --- auto-cleanup (in-memory backend) --------------------------------------------------------
+# --- in-memory backend -----------------------------------------------------------------------
 
 
 def test_sweep_deletes_an_expired_sandbox_as_the_system(fake_backend, as_alice, team_a):
@@ -223,91 +174,35 @@ def test_a_failed_deletion_is_left_in_error_and_retried(fake_backend, as_alice, 
     assert status_of(info.id) == "deleted"
 
 
-def test_lifecycle_entry_points_are_for_the_system_and_platform_admins(as_alice):
-    for call in (
-        services.sweep_expired_and_idle,
-        services.reconcile_hosts,
-        services.probe_all_hosts,
-        services.refill_warm_pools,
-    ):
-        with pytest.raises(PermissionDenied):
-            call(as_alice)
+# --- on the real Docker engine ---------------------------------------------------------------
 
 
-# --- probes and reconciliation (in-memory backend) -------------------------------------------
-
-
-def test_probes_store_figures_that_list_hosts_shows(fake_backend, as_alice):
-    services.create_sandbox(as_alice)
-    result = tasks.probe_hosts()
-    assert result == {"local": {"healthy": True, "idle_score": 0.8}}
-    [info] = services.list_hosts(as_alice)
-    assert (info.healthy, info.cpu_percent, info.memory_percent, info.sandboxes_running) == (
-        True,
-        10.0,
-        20.0,
-        1,
-    )
-    assert info.last_probe_at is not None
-
-
-def test_a_silent_host_is_marked_down_skipped_and_comes_back(fake_backend, as_alice, docker_host):
-    FakeBackend.down_hosts.add("local")
-    report = services.reconcile_hosts(SYSTEM)
-    docker_host.refresh_from_db()
-    assert report.down == ["local"]
-    assert (docker_host.healthy, docker_host.idle_score) == (False, 0.0)
-    assert "does not answer" in docker_host.last_error
-    assert audit_of("host.down").channel == Channel.SYSTEM
-    with pytest.raises(NoCapacity):
-        services.create_sandbox(as_alice)
-
-    FakeBackend.down_hosts.clear()
-    services.probe_all_hosts(SYSTEM)
-    docker_host.refresh_from_db()
-    assert docker_host.healthy and docker_host.last_error == ""
-    assert audit_of("host.up").target_id == str(docker_host.pk)
-    assert services.create_sandbox(as_alice).status == "running"
-
-
-def _fake_container(backend: FakeBackend, sandbox_id: str, instance: str, age_s: float) -> str:
-    spec = SandboxSpec(sandbox_id, "img", 1.0, 256, 64, False, labels={LABEL_INSTANCE: instance})
-    key = backend.provision(spec)["container_id"]
-    backend.sandboxes[key]["created"] -= age_s
-    return key
-
-
-def test_reconcile_removes_old_orphans_of_this_instance_only(
-    fake_backend, as_alice, docker_host, settings
+@pytest.mark.docker
+@pytest.mark.django_db
+def test_real_sweep_removes_expired_and_idle_sandboxes_and_keeps_busy_ones(
+    real_docker, as_alice, engine
 ):
-    settings.SANDHUB_ORPHAN_GRACE_SECONDS = 60
-    backend = get_backend(docker_host)
-    live = services.create_sandbox(as_alice)
-    for box in fake_backend.sandboxes.values():  # the live sandbox is old too
-        box["created"] -= 3600
-    old_orphan = _fake_container(backend, "sb_orphan00000", INSTANCE, 3600)
-    young_orphan = _fake_container(backend, "sb_young000000", INSTANCE, 5)
-    elsewhere = _fake_container(backend, "sb_elsewhere00", "another-deployment", 3600)
+    expired, idle, busy = (services.create_sandbox(as_alice, memory_mb=128).id for _ in range(3))
+    age(expired, expires_at=timezone.now() - timedelta(seconds=1))
+    for sandbox_id in (idle, busy):
+        age(sandbox_id, last_activity_at=timezone.now() - LONG_AGO)
+    CommandExecution.objects.create(
+        sandbox=Sandbox.objects.get(public_id=busy),
+        channel="mcp",
+        command="python3 train.py",
+        background=True,
+        status=CommandStatus.RUNNING,
+    )
 
-    report = services.reconcile_hosts(SYSTEM)
+    report = services.sweep_expired_and_idle(SYSTEM)
 
-    assert report.removed == ["sb_orphan00000"] and report.lost == []
-    assert old_orphan not in fake_backend.sandboxes
-    assert {young_orphan, elsewhere} <= set(fake_backend.sandboxes)
-    assert status_of(live.id) == "running"
-    row = audit_of("reconcile.orphan_removed")
-    assert (row.channel, row.target_id) == (Channel.SYSTEM, "sb_orphan00000")
-
-
-def test_reconcile_marks_a_sandbox_whose_container_vanished_lost(fake_backend, as_alice, team_a):
-    info = services.create_sandbox(as_alice)
-    kept = services.create_sandbox(as_alice)
-    fake_backend.sandboxes.pop(Sandbox.objects.get(public_id=info.id).backend_state["container_id"])
-
-    assert services.reconcile_hosts(SYSTEM).lost == [info.id]
-    assert status_of(info.id) == "lost" and status_of(kept.id) == "running"
-    row = audit_of("sandbox.lost")
-    assert (row.team, row.target_id, row.channel) == (team_a, info.id, Channel.SYSTEM)
-    # A lost sandbox can still be deleted by its owner, and is no longer reported.
-    services.delete_sandbox(as_alice, info.id)
-    assert services.reconcile_hosts(SYSTEM).lost == []
+    assert (report.expired, report.idle, report.failed) == ([expired], [idle], {})
+    assert engine_has(engine, expired) == (False, False)
+    assert engine_has(engine, idle) == (False, False)
+    assert engine_has(engine, busy) == (True, True)
+    assert {r.action for r in AuditLog.objects.filter(channel=Channel.SYSTEM)} == {
+        "sandbox.expire",
+        "sandbox.idle",
+    }
+    services.delete_sandbox(as_alice, busy)
+    assert engine_has(engine, busy) == (False, False)

@@ -1,5 +1,5 @@
 """The service layer with an in-memory backend: authorization, quotas, validation, history
-and audit. The same flows run against the real Docker engine in test_services_docker.py."""
+and audit. The same flows run against the real Docker engine in test_sandboxes_docker.py."""
 
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ from tests.qcluster import subprocess_database_url
 
 pytestmark = pytest.mark.docker
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RELEASE = "/workspace/release"
 # Ticks every half second until released; exit 9 after 40 ticks (20 s) if never released.
 JOB = (
