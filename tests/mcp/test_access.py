@@ -193,6 +193,26 @@ def test_every_call_leaves_an_mcp_audit_row(asgi_server, world, shared_sandbox):
     assert key.last_used_at is not None and key.last_used_address == "127.0.0.1"
 
 
+def test_run_tests_and_run_once_leave_one_audit_row_each(asgi_server, world, shared_sandbox):
+    start = AuditLog.objects.order_by("-id").values_list("id", flat=True).first()
+
+    async def conversation():
+        async with mcp(asgi_server, world.keys["alice"]) as client:
+            await client.call_tool(
+                "run_tests",
+                {"sandbox_id": shared_sandbox, "command": "true", "junit_report": False},
+            )
+            await client.call_tool("run_once", {"command": "true"})
+
+    run(conversation())
+    rows = list(AuditLog.objects.filter(id__gt=start).order_by("id"))
+    assert [(row.action, row.outcome) for row in rows] == [
+        ("command.tests", "ok"),
+        ("command.once", "ok"),
+    ]
+    assert rows[0].target_id == shared_sandbox and rows[0].details["command"] == "true"
+
+
 def test_bad_input_gives_clear_errors_and_creates_nothing(asgi_server, world, shared_sandbox):
     before = counts()
     cases = [

@@ -2,7 +2,7 @@
 platform_site.asgi, a real fastmcp.Client with a Bearer key, the real Docker engine.
 
 No worker runs here: check_background reads the sandbox live and records the end itself
-(supervision by a real qcluster is tested in tests/test_background.py).
+(supervision by a real qcluster is tested in tests/services/test_background_docker.py).
 """
 
 from __future__ import annotations
