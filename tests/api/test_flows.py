@@ -1,6 +1,6 @@
 """The REST API under /api/v1/ on the real Docker engine: flows, session auth, the schema,
 and a large download that streams (in-process and through uvicorn). Who may do what, audit
-rows and bad input are in test_rest_api_access.py."""
+rows and bad input are in test_access.py."""
 
 from __future__ import annotations
 
@@ -16,19 +16,12 @@ from rest_framework.test import APIClient
 from sandboxes import services
 from sandboxes.models import Sandbox
 from tenants.models import AuditLog, Channel, Membership
+from tests.api.helpers import API, client_for
 from tests.live import CALC, TEST_CALC
 
 pytestmark = pytest.mark.docker
-API = "/api/v1"
 BIG_BYTES = 20_000_000
 MEMORY_CEILING = 8 * 1024 * 1024  # well under the 20 MB file
-
-
-def client_for(world, key_name: str | None) -> APIClient:
-    client = APIClient()
-    if key_name:
-        client.credentials(HTTP_AUTHORIZATION=f"Bearer {world.keys[key_name]}")
-    return client
 
 
 def test_flow_create_upload_list_run_history_download_delete(world):

@@ -1,7 +1,7 @@
 """Who may do what through the REST API under /api/v1/, and what bad input does: keys
 (missing, wrong, expired, revoked, read-only, a viewer's, a removed member's), another team's
 sandboxes on every endpoint, an audit row for every call, clear errors that change nothing.
-The real Docker engine behind the services; flows and downloads are in test_rest_api.py."""
+The real Docker engine behind the services; flows and downloads are in test_flows.py."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 from sandboxes import services
 from sandboxes.models import CommandExecution, Sandbox
 from tenants.models import AuditLog, Channel, Membership
-from tests.test_rest_api import API, client_for
+from tests.api.helpers import API, client_for
 
 pytestmark = pytest.mark.docker
 
