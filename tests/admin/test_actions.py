@@ -1,8 +1,7 @@
 """Django admin's actions on sandboxes, hosts and background commands: each goes through the
 services (confirmed first, audited, rows kept), forms change only what they may, and probes
-store their figures. Fixtures and helpers: test_admin.py."""
+store their figures. Fixtures: tests/admin/conftest.py."""
 
-# ruff: noqa: F811  (fixtures imported from tests/test_admin.py)
 from __future__ import annotations
 
 import pytest
@@ -14,10 +13,7 @@ from hosts.backends.base import ProbeResult
 from hosts.models import Host
 from sandboxes.models import CommandExecution, Sandbox, SandboxStatus
 from tenants.models import AuditLog, Channel
-from tests.test_admin import World, action, messages_of, url
-from tests.test_admin import staff_client as staff_client  # fixture
-from tests.test_admin import superuser as superuser  # fixture
-from tests.test_admin import world as world  # fixture
+from tests.admin.helpers import World, action, messages_of, url
 
 pytestmark = pytest.mark.django_db
 

@@ -1,8 +1,7 @@
 """Admin for SSH hosts: the host key's state in the host list, the confirmation page that
 shows each fingerprint and pins only what it showed, and the passphrase of a private key
-stored encrypted, never shown."""
+stored encrypted, never shown. Fixtures: tests/admin/conftest.py."""
 
-# ruff: noqa: F811  (fixtures imported from tests/test_admin.py)
 from __future__ import annotations
 
 import pytest
@@ -12,7 +11,7 @@ from hosts.models import Credential, Host
 from sandboxes import services
 from sandboxes.errors import PermissionDenied
 from tenants.models import AuditLog
-from tests.test_admin import action, staff_client, superuser, url  # noqa: F401
+from tests.admin.helpers import action, url
 
 SEEN = "SHA256:" + "B" * 43
 OTHER = "SHA256:" + "C" * 43
