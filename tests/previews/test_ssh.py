@@ -7,7 +7,7 @@ uvicorn (platform_site.asgi), to their token and their team's sessions only.
 The SSH host's loopback is this machine's, shared with every other test running meanwhile:
 the apps listen on free ports found when the module starts, never on fixed ones. On that
 shared loopback, one team's sandbox must not be able to preview another team's listener.
-The apps are the stdlib programs of tests/fixtures/previews/ (as tests/test_previews_docker.py).
+The apps are the stdlib programs of tests/fixtures/previews/ (as tests/previews/test_docker.py).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ pytestmark = [
     pytest.mark.sshd,
     pytest.mark.filterwarnings("ignore:The logging capability is deprecated"),
 ]
-FIXTURES = Path(__file__).parent / "fixtures" / "previews"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "previews"
 DOWNLOAD_BYTES = 8_000_000
 B_SECRET = "team B's secret page, never to be seen through team A's preview\n"
 

@@ -35,7 +35,7 @@ pytestmark = [
     pytest.mark.docker,
     pytest.mark.filterwarnings("ignore:The logging capability is deprecated"),
 ]
-FIXTURES = Path(__file__).parent / "fixtures" / "previews"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "previews"
 APP_PORT, WS_PORT = 8000, 8765
 
 

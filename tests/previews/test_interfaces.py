@@ -23,7 +23,7 @@ from sandboxes.models import CommandExecution, Preview
 from tenants.principal import Principal
 from tests.fakes import FakeBackend
 from tests.live import run
-from tests.test_previews_services import PAGE, _App, ask, http_get
+from tests.previews.helpers import PAGE, PageApp, ask, http_get
 
 pytestmark = pytest.mark.filterwarnings("ignore:The logging capability is deprecated")
 API = "/api/v1"
@@ -31,7 +31,7 @@ API = "/api/v1"
 
 @pytest.fixture(scope="module")
 def app_server() -> Iterator[int]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _App)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), PageApp)
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     yield server.server_address[1]

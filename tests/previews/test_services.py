@@ -1,17 +1,14 @@
 """Previews in the service layer, on the in-memory backend with real loopback servers as the
-sandbox's ports: tokens, who may open a preview, limits, deploy_app (up, crashed, silent),
-stop_app, previews stopping with their sandbox, and the audit of opening one."""
+sandbox's ports: tokens, who may open a preview, limits, previews stopping with their
+sandbox, and the audit of opening one (deploy_app and stop_app: test_deploy.py). Fixtures:
+tests/previews/conftest.py."""
 
 from __future__ import annotations
 
-import threading
 import types
-from collections.abc import Iterator
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
@@ -24,73 +21,15 @@ from sandboxes.errors import (
     QuotaExceeded,
 )
 from sandboxes.models import CommandExecution, Preview, Sandbox, SandboxStatus
-from sandboxes.services import PreviewRequest, previews_tokens
+from sandboxes.services import previews_tokens
 from tenants.models import AuditLog, Channel, Membership, Role, parse_port_ranges
 from tenants.principal import Principal
-from tests.fakes import FakeBackend
+from tests.previews.helpers import PAGE, ask, http_get
 
-pytestmark = pytest.mark.django_db
+# `fresh` (tests/previews/conftest.py): no port maps or cached audits of an earlier test.
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh")]
 
 SYSTEM = Principal.system()
-PAGE = b"hello from the app\n"
-
-
-class _App(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(PAGE)))
-        self.end_headers()
-        self.wfile.write(PAGE)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def app_port() -> Iterator[int]:
-    """A real HTTP server on loopback: what the sandbox's app answers."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _App)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
-    thread.join(5)
-
-
-@pytest.fixture(autouse=True)
-def fresh(monkeypatch) -> None:
-    """Empty port maps and a cache that remembers no earlier test's audits."""
-    monkeypatch.setattr(FakeBackend, "ports", {})
-    monkeypatch.setattr(FakeBackend, "apps", {})
-    cache.clear()
-
-
-@pytest.fixture
-def sandbox(fake_backend, as_alice) -> str:
-    return services.create_sandbox(as_alice, name="web").id
-
-
-@pytest.fixture
-def listening(app_port) -> int:
-    """Port 8000 of every fake sandbox answers (an app started some other way)."""
-    FakeBackend.ports[8000] = app_port
-    return 8000
-
-
-def ask(sandbox_id: str, port: int = 8000, **given) -> PreviewRequest:
-    values = {"user_id": None, "session_key": None, "token": None, "address": "10.0.0.9"}
-    return PreviewRequest(sandbox_id=sandbox_id, port=port, **{**values, **given})
-
-
-def http_get(grant) -> bytes:
-    with services.open_preview_stream(grant, timeout=5) as stream:
-        stream.write(b"GET / HTTP/1.1\r\nHost: app\r\nConnection: close\r\n\r\n")
-        stream.close_write()
-        answer = b""
-        while chunk := stream.read(65536, timeout=5):
-            answer += chunk
-    return answer
 
 
 def opened_rows() -> list[AuditLog]:

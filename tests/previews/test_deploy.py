@@ -11,14 +11,11 @@ from sandboxes import services
 from sandboxes.errors import Conflict, InvalidInput, NotFound
 from sandboxes.models import CommandExecution, Preview
 from tenants.models import AuditLog
-from tests import test_previews_services as base
 from tests.fakes import FakeBackend
+from tests.previews.helpers import PAGE, ask, http_get
 
-pytestmark = pytest.mark.django_db
-
-# The fixtures of the service tests (the autouse one too), and their helpers.
-app_port, fresh, sandbox, listening = base.app_port, base.fresh, base.sandbox, base.listening
-PAGE, ask, http_get = base.PAGE, base.ask, base.http_get
+# `fresh` (tests/previews/conftest.py): no port maps or cached audits of an earlier test.
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh")]
 
 
 # --- deploy_app and stop_app -----------------------------------------------------------------
