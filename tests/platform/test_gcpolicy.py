@@ -12,7 +12,7 @@ from pathlib import Path
 
 from platform_site.gcpolicy import YOUNG_THRESHOLD
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = """
 import gc, json, weakref
