@@ -16,7 +16,6 @@ What the server received is read from its audit rows (files.sync.upload's "files
 landed in the sandbox straight from the host's disk (the sshd is this machine).
 """
 
-# ruff: noqa: F811  (pytest fixtures imported from other test modules)
 from __future__ import annotations
 
 import os
@@ -37,8 +36,7 @@ from hosts.models import Host
 from sandboxes import services
 from sandboxes.models import Sandbox
 from tenants.models import AuditLog
-from tests.client.test_cli_live import cli_env, sandhub  # noqa: F401 - cli_env is a fixture
-from tests.client.test_sync_local import make_tree, write
+from tests.client.helpers import make_tree, sandhub, write
 from tests.live import World
 from tests.ssh.helpers import ABSENT_PYTHON, register
 from tests.ssh.logins import PLAIN_USER, SUDO_USER
