@@ -29,7 +29,7 @@ from django.urls import URLPattern, get_resolver, reverse
 from fastmcp import Client
 
 from tests.live import run
-from tests.security.conftest import A_SB, ACTORS, B_CMD, B_JOB, B_SB, engines_named
+from tests.security.matrix import A_SB, ACTORS, B_CMD, B_JOB, B_SB, engines_named
 
 pytestmark = pytest.mark.filterwarnings("ignore:The logging capability is deprecated")
 
