@@ -33,28 +33,16 @@ from tenants.models import Channel, Membership, Role, Team
 from tenants.principal import Principal
 from tests.fakes import FakeBackend
 from tests.live import World, build_world, free_port, on_test_database
+from tests.markers import mark_by_fixtures
 from tests.qcluster import QCluster
 from tests.ssh.logins import ProvisionSshd, run_here, set_up_users
 from tests.ssh.sshd import STATE_DIR, Sshd, ensure_test_user
 
-# What a test needs that `make test-fast` leaves out, by the fixtures that bring it: a test
-# using one of these (directly or through another fixture) gets the marker. Whole folders and
-# modules that need one say so themselves (tests/docker/conftest.py; `pytestmark`).
-NEEDS = {
-    "docker": {"real_docker", "shared_sandbox", "engine"},  # every `engine` is a Docker client
-    "sshd": {"sshd", "server"},
-    "browser": {"chromium"},
-    "qcluster": {"qcluster"},
-}
-
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        used = set(getattr(item, "fixturenames", ()))
-        for marker, fixtures in NEEDS.items():
-            if used & fixtures:
-                item.add_marker(marker)
+    """The markers of the fixtures each test uses (tests/markers.py)."""
+    mark_by_fixtures(items)
 
 
 # The platform's processes run with umask 077 (platform_site/private_files.py), and importing

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import io
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import docker
@@ -30,15 +29,12 @@ from tests.docker.helpers import (
     make_spec,
     remove_leftovers,
 )
-
-HERE = Path(__file__).resolve().parent
+from tests.markers import mark_folder
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if HERE in item.path.parents:
-            item.add_marker(pytest.mark.docker)
+    mark_folder(items, __file__, "docker")
 
 
 @pytest.fixture(scope="module")
