@@ -22,13 +22,7 @@ from hosts.backends.base import SandboxSpec
 from hosts.backends.docker import DockerBackend
 from hosts.backends.docker.agent import agent_link
 from hosts.models import Host
-from tests.docker.helpers import (
-    ENDPOINT,
-    IMAGE,
-    NO_PYTHON_IMAGE,
-    make_spec,
-    remove_leftovers,
-)
+from tests.docker.helpers import ENDPOINT, IMAGE, NO_PYTHON_IMAGE, make_spec, remove_leftovers
 from tests.markers import mark_folder
 
 

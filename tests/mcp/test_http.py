@@ -14,13 +14,7 @@ import pytest
 from fastmcp.exceptions import ToolError
 
 from sandboxes.models import Sandbox
-from tests.live import (
-    CALC,
-    EXPECTED_TOOLS,
-    TEST_CALC,
-    mcp,
-    run,
-)
+from tests.live import CALC, EXPECTED_TOOLS, TEST_CALC, mcp, run
 
 pytestmark = [
     pytest.mark.docker,

@@ -13,15 +13,7 @@ from fastmcp.client.transports import StdioTransport
 from sandboxes.models import Sandbox
 from tenants import apikeys
 from tenants.models import AuditLog, Channel
-from tests.live import (
-    CALC,
-    EXPECTED_TOOLS,
-    ROOT,
-    TEST_CALC,
-    in_thread,
-    run,
-    subprocess_env,
-)
+from tests.live import CALC, EXPECTED_TOOLS, ROOT, TEST_CALC, in_thread, run, subprocess_env
 
 pytestmark = pytest.mark.docker
 

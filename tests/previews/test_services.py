@@ -13,13 +13,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from sandboxes import services
-from sandboxes.errors import (
-    BackendFailure,
-    InvalidInput,
-    NotFound,
-    PermissionDenied,
-    QuotaExceeded,
-)
+from sandboxes.errors import BackendFailure, InvalidInput, NotFound, PermissionDenied, QuotaExceeded
 from sandboxes.models import CommandExecution, Preview, Sandbox, SandboxStatus
 from sandboxes.services import previews_tokens
 from tenants.models import AuditLog, Channel, Membership, Role, parse_port_ranges

@@ -16,10 +16,7 @@ from sandboxes.errors import NoCapacity
 from tenants.models import AuditLog, Channel
 from tests.engine import EngineProxy
 from tests.fakes import FakeBackend
-from tests.services.housekeeping.helpers import (
-    SYSTEM,
-    audit_of,
-)
+from tests.services.housekeeping.helpers import SYSTEM, audit_of
 
 # --- in-memory backend -----------------------------------------------------------------------
 

@@ -14,13 +14,7 @@ from sandboxes import services, tasks
 from sandboxes.models import Sandbox
 from tenants.models import Channel
 from tests.fakes import FakeBackend
-from tests.services.housekeeping.helpers import (
-    INSTANCE,
-    SYSTEM,
-    audit_of,
-    engine_has,
-    status_of,
-)
+from tests.services.housekeeping.helpers import INSTANCE, SYSTEM, audit_of, engine_has, status_of
 
 # --- in-memory backend -----------------------------------------------------------------------
 

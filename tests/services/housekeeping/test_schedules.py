@@ -16,12 +16,7 @@ from django_q.scheduler import scheduler
 from sandboxes import schedules, services
 from sandboxes.errors import PermissionDenied
 from tenants.models import Channel
-from tests.services.housekeeping.helpers import (
-    age,
-    audit_of,
-    engine_has,
-    status_of,
-)
+from tests.services.housekeeping.helpers import age, audit_of, engine_has, status_of
 
 
 @pytest.mark.django_db
