@@ -1,10 +1,13 @@
-"""Fixtures every area uses: two tenants (team A, team B), users with each role, hosts and
-images, the in-memory and the real Docker backend; and the live server on a committed module
-database (its helpers: tests/live.py), which the MCP, REST, web, previews, security, client
-and SSH tests share; the SSH test host of two login users (tests/ssh/logins.py), which
-the SSH, platform, previews and client tests share; and a real django-q2 cluster.
+"""Fixtures every area uses, and the markers `make test-fast` goes by (tests/markers.py):
 
-Like healthchecks' two-tenant base test case: every access test has another team at hand.
+- two tenants (team A, team B), users with each role, hosts and images, the in-memory and the
+  real Docker backend. Like healthchecks' two-tenant base test case: every access test has
+  another team at hand;
+- the live server on a database committed for the module (helpers: tests/live.py), for the
+  MCP, REST, web, previews, security, client and SSH tests;
+- the SSH test host of two login users (tests/ssh/logins.py), for the SSH, platform, previews
+  and client tests;
+- a real django-q2 cluster (tests/qcluster.py), for the services and SSH tests.
 """
 
 from __future__ import annotations
