@@ -17,7 +17,7 @@ SYSTEM_PACKAGES := docker.io debootstrap openssh-server sudo postgresql iptables
 LOCK_TOOLS := var/pip-tools
 LOCK_COMPILER ?= $(LOCK_TOOLS)/bin/pip-compile
 
-.PHONY: install system-packages image migrate bootstrap run test lint lock
+.PHONY: install system-packages image migrate bootstrap run test test-fast lint lock
 
 install: system-packages $(STAMP)
 
@@ -77,6 +77,11 @@ run: install image migrate bootstrap
 
 test: install image
 	$(BIN)/pytest
+
+# The tests that need no Docker engine, no sshd, no browser and no django-q cluster (the
+# markers of pyproject.toml, given by each test's folder, module and fixtures in tests/).
+test-fast: install
+	$(BIN)/pytest -m "not docker and not sshd and not browser and not qcluster"
 
 # Style, then the layers (import-linter contracts in pyproject.toml: imports only point down),
 # then types (mypy with the Django plugin). Run from the repository root: both read

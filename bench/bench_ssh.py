@@ -1,4 +1,4 @@
-"""The SSH connection layer against a real sshd on loopback (tests/sshd.py), in one run.
+"""The SSH connection layer against a real sshd on loopback (tests/ssh/sshd.py), in one run.
 
     .venv/bin/python bench/bench_ssh.py [--runs 200] [--nagle-runs 30] [--seconds 5]
 
@@ -52,7 +52,7 @@ def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "platform_site.settings")
     from hosts.backends.ssh.keys import load_private_key
     from hosts.backends.ssh.pool import ConnectionPool
-    from tests.sshd import Sshd
+    from tests.ssh.sshd import Sshd
 
     server = Sshd().start()
     pool = ConnectionPool()

@@ -2,8 +2,8 @@
 
     .venv/bin/python bench/bench_ssh_mcp.py [--runs 200] [--warmup 20]
 
-Starts a real OpenSSH sshd on loopback (tests/sshd.py, with the login user of
-tests/test_ssh_provision.py that may `sudo -n`: each sandbox gets a Unix user of its own),
+Starts a real OpenSSH sshd on loopback (tests/ssh/sshd.py, with the login user of
+tests/ssh/logins.py that may `sudo -n`: each sandbox gets a Unix user of its own),
 registers it as an SSH host on a throwaway SQLite database (key fetched and confirmed, probed,
 as an admin does; the Docker host disabled), starts uvicorn on platform_site.asgi on a free
 loopback port, creates one sandbox, and measures after a warm-up:
@@ -55,13 +55,13 @@ ECHO = "echo hi"
 
 def start_sshd() -> Any:
     """The test sshd letting in the sudo login user (set up once per machine, kept)."""
-    from tests.sshd import STATE_DIR, ensure_test_user
-    from tests.test_ssh_provision import ProvisionSshd, _set_up_users
+    from tests.ssh.logins import ProvisionSshd, set_up_users
+    from tests.ssh.sshd import STATE_DIR, ensure_test_user
 
     ensure_test_user()
     with open(STATE_DIR / "provision-lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # test runs may set the users up at the same time
-        _set_up_users()
+        set_up_users()
     return ProvisionSshd().start()
 
 
@@ -168,7 +168,7 @@ def main() -> None:
     from hosts.backends.ssh.connection import SshConnection
     from sandboxes import services
     from tenants import apikeys
-    from tests.test_ssh_provision import SUDO_USER
+    from tests.ssh.logins import SUDO_USER
 
     principal = bench_principal(channel="mcp")
     server = web = base_dir = sandbox_id = None

@@ -1,20 +1,52 @@
-"""Shared fixtures: two tenants (team A, team B), users with each role, hosts and images.
+"""Fixtures every area uses, and the markers `make test-fast` goes by (tests/markers.py):
 
-Like healthchecks' two-tenant base test case: every access test has another team at hand.
+- two tenants (team A, team B), users with each role, hosts and images, the in-memory and the
+  real Docker backend. Like healthchecks' two-tenant base test case: every access test has
+  another team at hand;
+- the live server on a database committed for the module (helpers: tests/live.py), for the
+  MCP, REST, web, previews, security, client and SSH tests;
+- the SSH test host of two login users (tests/ssh/logins.py), for the SSH, platform, previews
+  and client tests;
+- a real django-q2 cluster (tests/qcluster.py), for the services and SSH tests.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core.management import call_command
 
 from hosts.backends import reset_backends
 from hosts.models import Host, Image
 from platform_site.private_files import restrict_umask
+from sandboxes import services
 from tenants.models import Channel, Membership, Role, Team
 from tenants.principal import Principal
 from tests.fakes import FakeBackend
+from tests.live import World, build_world, free_port, on_test_database
+from tests.markers import mark_by_fixtures
+from tests.qcluster import QCluster
+from tests.ssh.logins import ProvisionSshd, run_here, set_up_users
+from tests.ssh.sshd import STATE_DIR, Sshd, ensure_test_user
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The markers of the fixtures each test uses (tests/markers.py)."""
+    mark_by_fixtures(items)
+
 
 # The platform's processes run with umask 077 (platform_site/private_files.py), and importing
 # the ASGI application sets it in whichever process does: the tests run under it from the
@@ -136,3 +168,123 @@ def audit_views_marker(request, monkeypatch):
         from tenants import auditing
 
         monkeypatch.setattr(auditing, "_wanted", lambda principal, draft: True)
+
+
+# --- the live server, on a database committed for the whole module ---------------------------
+
+
+@pytest.fixture(scope="module")
+def live_db(django_db_setup, django_db_blocker) -> Iterator[None]:
+    """Database access for the whole module, committed (no per-test transaction).
+
+    pytest-django sets up the test database only when some collected test is marked for the
+    database; these modules' tests are not (a per-test transaction would hide the data from
+    the server thread and the subprocess), so when run alone they set it up themselves. The
+    flush at the end runs only on a test database, never on the real one.
+    """
+    from django.test.utils import setup_databases, teardown_databases
+
+    with django_db_blocker.unblock():
+        created = None
+        if not on_test_database():
+            created = setup_databases(verbosity=0, interactive=False, aliases={"default"})
+        if not on_test_database():
+            raise RuntimeError("refusing to run against the real database")
+        try:
+            yield
+        finally:
+            call_command("flush", interactive=False, verbosity=0)
+            if created is not None:
+                teardown_databases(created, verbosity=0)
+
+
+@pytest.fixture(scope="module")
+def world(live_db) -> Iterator[World]:
+    """The module's committed world (tests/live.py): teams, users, API keys, a Docker host."""
+    reset_backends()
+    yield build_world()
+    reset_backends()
+
+
+@pytest.fixture(scope="module")
+def shared_sandbox(world) -> Iterator[str]:
+    """One running sandbox of team A (the image carries pytest), for the whole module."""
+    principal = world.principal()
+    info = services.create_sandbox(principal, memory_mb=512)
+    yield info.id
+    services.delete_sandbox(principal, info.id)
+
+
+@pytest.fixture(scope="module")
+def asgi_server(live_db) -> Iterator[str]:
+    """platform_site.asgi (Django + MCP) under uvicorn on a free loopback port."""
+    import uvicorn
+
+    from platform_site.asgi import application
+
+    port = free_port()
+    config = uvicorn.Config(application, host="127.0.0.1", port=port, log_level="warning")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="live-uvicorn", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 15
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the live server did not start")
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=15)
+
+
+# --- the SSH test host of two login users (tests/ssh/logins.py) -----------------------------
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Sshd]:
+    """A real sshd on loopback letting in the sudo and the no-sudo login users."""
+    ensure_test_user()
+    with open(STATE_DIR / "provision-lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        set_up_users()
+    sshd = ProvisionSshd().start()
+    try:
+        yield sshd
+    finally:
+        sshd.close()
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    """A directory of this test's own (open: the no-sudo login user makes its base there);
+    what a failed test left of its sandboxes goes with it."""
+    path = Path(tempfile.mkdtemp(prefix="sandhub-test-", dir="/var/tmp"))
+    path.chmod(0o777)
+    try:
+        yield path
+    finally:
+        for line in run_here("getent", "passwd").splitlines():
+            name, home = line.split(":")[0], line.split(":")[5]
+            if name.startswith("sbx-") and home.startswith(f"{path}/"):
+                subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
+                subprocess.run(["userdel", name], capture_output=True)
+        needle = f"SANDHUB_WORKSPACE={path}/".encode()  # no-sudo sandboxes' processes
+        for entry in os.scandir("/proc"):
+            with contextlib.suppress(OSError):
+                if entry.name.isdigit() and needle in Path(entry.path, "environ").read_bytes():
+                    os.kill(int(entry.name), 9)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+# --- a real django-q2 cluster (tests/qcluster.py) --------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def qcluster(django_db_setup, tmp_path_factory) -> Iterator[QCluster]:
+    """A running cluster on the test database for the module; stopped (cleanly) after it.
+    The worker is another process and sees only committed rows: the tests that use it are
+    transactional (`transactional_db`, or `pytest.mark.django_db(transaction=True)`)."""
+    cluster = QCluster(tmp_path_factory.mktemp("qcluster") / "qcluster.log")
+    cluster.start()
+    yield cluster
+    cluster.stop()

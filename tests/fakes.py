@@ -1,5 +1,5 @@
 """An in-memory backend for fast service-layer tests. Every real backend is proven against
-the real thing elsewhere (tests/test_docker_backend.py, tests/test_services_docker.py)."""
+the real thing elsewhere (tests/docker/, tests/services/test_sandboxes_docker.py)."""
 
 from __future__ import annotations
 
@@ -301,7 +301,7 @@ class FakeBackend(SandboxBackend):
             sandboxes_running=len(self.sandboxes),
         )
 
-    # --- lifecycle and warm pool (tests/test_lifecycle.py, tests/test_pool.py) ----------------
+    # --- housekeeping and warm pool (tests/services/housekeeping/) ----------------------------
     # Host names whose "engine" does not answer; a claim fails with fail_claim when set.
     down_hosts: set[str] = set()
     fail_claim: str | None = None

@@ -1,13 +1,10 @@
 """A real django-q2 cluster (`manage.py qcluster`) in a subprocess, on the test database.
 
-Use it from a test module with
-
-    from tests.qcluster import qcluster  # noqa: F401  (the fixture)
-
-and make the tests that need it transactional (`transactional_db`, or
-`pytest.mark.django_db(transaction=True)`): the worker is another process and sees only
-committed rows. The subprocess gets the test database as DATABASE_URL (the SQLite test
-database is a file, see settings; on PostgreSQL pytest-django's `test_<NAME>`).
+A test gets one through the `qcluster` fixture (tests/conftest.py), and must be
+transactional (`transactional_db`, or `pytest.mark.django_db(transaction=True)`): the worker
+is another process and sees only committed rows. The subprocess gets the test database as
+DATABASE_URL (the SQLite test database is a file, see settings; on PostgreSQL pytest-django's
+`test_<NAME>`). Not a test module.
 
 The cluster runs in a session of its own, so `kill()` can take the whole process tree down
 with SIGKILL at once, as a crash would, and `start()` brings up a fresh one. `stop()` is the
@@ -22,11 +19,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
-
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 READY_LINE = "running."  # django-q2 logs "Q Cluster <name> running." once it guards workers
@@ -112,12 +106,3 @@ class QCluster:
         with open(self.log_path, "rb") as log:
             log.seek(self._log_offset)
             return log.read().decode(errors="replace")
-
-
-@pytest.fixture(scope="module")
-def qcluster(django_db_setup, tmp_path_factory) -> Iterator[QCluster]:
-    """A running cluster on the test database for the module; stopped (cleanly) after it."""
-    cluster = QCluster(tmp_path_factory.mktemp("qcluster") / "qcluster.log")
-    cluster.start()
-    yield cluster
-    cluster.stop()

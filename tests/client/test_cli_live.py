@@ -18,43 +18,12 @@ from sandhub.api import Platform
 from sandhub.sync import push
 
 from tenants.models import AuditLog
-from tests import mcp_fixtures as fx
-from tests.client.test_sync_local import T0, make_tree, snapshot, write
-
-asgi_server, live_db, shared_sandbox, world = (
-    fx.asgi_server,
-    fx.live_db,
-    fx.shared_sandbox,
-    fx.world,
-)
+from tests.client.helpers import T0, make_tree, sandhub, snapshot, write
 
 pytestmark = [
     pytest.mark.docker,
     pytest.mark.filterwarnings("ignore:The logging capability is deprecated"),
 ]
-CLIENT = Path(__file__).resolve().parents[2] / "client"
-
-
-@pytest.fixture(scope="module")
-def cli_env(asgi_server, world, tmp_path_factory) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SANDHUB_")}
-    python_path = os.pathsep.join(filter(None, [str(CLIENT), env.get("PYTHONPATH")]))
-    return env | {
-        "SANDHUB_URL": asgi_server,
-        "SANDHUB_API_KEY": world.keys["alice"],
-        "XDG_CONFIG_HOME": str(tmp_path_factory.mktemp("config")),  # no stored login
-        "PYTHONPATH": python_path,  # the checkout's client, installed or not
-    }
-
-
-def sandhub(env: dict[str, str], *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "sandhub.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def uploads() -> list[AuditLog]:

@@ -1,6 +1,6 @@
 """The `sandhub` command against a live platform whose sandboxes are on SSH hosts: uvicorn
-serving the real ASGI app (tests/mcp_fixtures.py), a real OpenSSH sshd on loopback
-(tests/sshd.py), the CLI run as a subprocess with SANDHUB_URL / SANDHUB_API_KEY, as on a laptop
+serving the real ASGI app (tests/conftest.py), a real OpenSSH sshd on loopback
+(tests/ssh/sshd.py), the CLI run as a subprocess with SANDHUB_URL / SANDHUB_API_KEY, as on a laptop
 (the model: tests/client/test_cli_live.py, the same on Docker).
 
 Every test runs twice, on two hosts:
@@ -9,14 +9,13 @@ Every test runs twice, on two hosts:
 - "plain": private to team A, no sudo (the sandbox runs as the login user), and the agent's
   python3 missing, so every call goes the plain way (GNU find, tar and the shared scripts
   over exec channels), as on a host without python3. How the agent is made unavailable is
-  tests/test_ssh_plain.py's way: the host's cached backend gets an agent link whose python
+  tests/ssh/test_plain.py's way: the host's cached backend gets an agent link whose python
   is not installed (the live server runs in this process, so it uses that very backend).
 
 What the server received is read from its audit rows (files.sync.upload's "files"), and what
 landed in the sandbox straight from the host's disk (the sshd is this machine).
 """
 
-# ruff: noqa: F811  (pytest fixtures imported from other test modules)
 from __future__ import annotations
 
 import os
@@ -37,17 +36,16 @@ from hosts.models import Host
 from sandboxes import services
 from sandboxes.models import Sandbox
 from tenants.models import AuditLog
-from tests import mcp_fixtures as fx
-from tests.client.test_cli_live import cli_env, sandhub  # noqa: F401 - cli_env is a fixture
-from tests.client.test_sync_local import make_tree, write
-from tests.mcp_fixtures import World
-from tests.sshd import Sshd
-from tests.test_ssh_interfaces import register
-from tests.test_ssh_plain import ABSENT_PYTHON
-from tests.test_ssh_provision import PLAIN_USER, SUDO_USER, server  # noqa: F401 - a fixture
+from tests.client.helpers import make_tree, sandhub, write
+from tests.live import World
+from tests.ssh.helpers import ABSENT_PYTHON, register
+from tests.ssh.logins import PLAIN_USER, SUDO_USER
+from tests.ssh.sshd import Sshd
 
-asgi_server, live_db, world = fx.asgi_server, fx.live_db, fx.world
-pytestmark = pytest.mark.filterwarnings("ignore:The logging capability is deprecated")
+pytestmark = [
+    pytest.mark.sshd,
+    pytest.mark.filterwarnings("ignore:The logging capability is deprecated"),
+]
 CHANGED = ["pkg1/mod1.py", "pkg2/mod2.py", "pkg3/mod3.py"]
 
 
@@ -74,7 +72,7 @@ def module_workdir() -> Iterator[Path]:
 
 def without_agent(host: Host) -> SshBackend:
     """The host's backend as the live server finds it, its agent link unable to start (no
-    python3), so sync, commands and jobs all go the plain way (tests/test_ssh_plain.py)."""
+    python3), so sync, commands and jobs all go the plain way (tests/ssh/test_plain.py)."""
     backend = get_backend(Host.objects.get(pk=host.pk))
     assert isinstance(backend, SshBackend)
     backend.place.python = ABSENT_PYTHON

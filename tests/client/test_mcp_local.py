@@ -15,13 +15,10 @@ from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 from fastmcp.exceptions import ToolError
 
-from tests import mcp_fixtures as fx
-from tests.mcp_fixtures import CALC, EXPECTED_TOOLS, ROOT, TEST_CALC, run
+from tests.live import CALC, EXPECTED_TOOLS, ROOT, TEST_CALC, free_port, run
 
 CLIENT_DIR = ROOT / "client"  # on the subprocess's PYTHONPATH, installed or not
 
-live_db, world, asgi_server = fx.live_db, fx.world, fx.asgi_server  # fixtures, by name
-shared_sandbox = fx.shared_sandbox
 
 pytestmark = [
     pytest.mark.docker,
@@ -393,7 +390,7 @@ def test_a_refused_key_or_an_unreachable_platform_stops_the_server_at_start(
     revoked = start(asgi_server, world.keys["revoked"])
     assert revoked.returncode == 1 and revoked.stdout == ""
     assert "refused the API key" in revoked.stderr
-    unreachable = start(f"http://127.0.0.1:{fx.free_port()}", world.keys["alice"])
+    unreachable = start(f"http://127.0.0.1:{free_port()}", world.keys["alice"])
     assert unreachable.returncode == 1
     assert "cannot connect" in unreachable.stderr
     missing = start(asgi_server, "")

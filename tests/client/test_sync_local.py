@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import os
 import tarfile
-from pathlib import Path
 
 import pytest
 from sandhub.sync import pull, push
@@ -18,28 +17,7 @@ from sandhub.tarstream import READ_BYTES, YIELD_BYTES, TransferError, extract, t
 from sandhub.tree import DIR, FILE, LINK, Entry, Rules, plan, same_time, walk_local
 
 from tests.client.fake_platform import SANDBOX, FakePlatform
-
-T0 = 1_700_000_000_123_456_789  # an mtime with every nanosecond set
-
-
-def write(root: Path, path: str, content: str | bytes = "x", mode: int = 0o644) -> Path:
-    target = root / path
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes(content.encode() if isinstance(content, str) else content)
-    target.chmod(mode)
-    return target
-
-
-def snapshot(root: Path, rules: Rules | None = None) -> dict[str, tuple]:
-    """Everything a round trip must keep: kind, content, permission bits, mtime (ns)."""
-    result = {}
-    for path, entry in walk_local(root, rules or Rules(gitignore=False)).items():
-        full = root / path
-        content = full.read_bytes() if entry.kind == FILE else entry.target
-        mtime = entry.mtime_ns if entry.kind == FILE else None  # dirs change as they fill
-        result[path] = (entry.kind, content, entry.mode, mtime)
-    return result
-
+from tests.client.helpers import T0, make_tree, snapshot, write
 
 # --- walk and rules ------------------------------------------------------------------------
 
@@ -261,14 +239,6 @@ def _tar(name: str) -> bytes:
 def fake(tmp_path) -> FakePlatform:
     (tmp_path / "workspace").mkdir()
     return FakePlatform(tmp_path / "workspace")
-
-
-def make_tree(root: Path, files: int) -> None:
-    for index in range(files):
-        mode = 0o755 if index % 50 == 0 else 0o644
-        target = write(root, f"pkg{index % 40}/mod{index}.py", f"value = {index}\n" * 3, mode)
-        os.utime(target, ns=(T0 + index, T0 + index))
-    (root / "pkg0/link").symlink_to("mod0.py")
 
 
 def test_push_sends_only_what_changed_in_one_tar_and_resync_is_fast(tmp_path, fake):

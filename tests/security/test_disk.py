@@ -27,8 +27,7 @@ from sandboxes import services
 from sandboxes.contract.errors import InvalidInput, QuotaExceeded
 from sandboxes.housekeeping.reconcile import reconcile
 from sandboxes.models import Sandbox
-from tests.engine import engine_cleaning_up
-from tests.test_lifecycle_docker import EngineProxy
+from tests.engine import EngineProxy, engine_cleaning_up
 
 INSTANCE = f"pytest-{uuid.uuid4().hex[:8]}"
 MIB = 1024 * 1024

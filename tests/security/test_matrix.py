@@ -28,11 +28,8 @@ import pytest
 from django.urls import URLPattern, get_resolver, reverse
 from fastmcp import Client
 
-from tests import mcp_fixtures as fx
-from tests.mcp_fixtures import run
-from tests.security.conftest import A_SB, ACTORS, B_CMD, B_JOB, B_SB, engines_named
-
-live_db, asgi_server = fx.live_db, fx.asgi_server
+from tests.live import run
+from tests.security.matrix import A_SB, ACTORS, B_CMD, B_JOB, B_SB, engines_named
 
 pytestmark = pytest.mark.filterwarnings("ignore:The logging capability is deprecated")
 

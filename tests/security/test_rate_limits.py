@@ -29,11 +29,8 @@ from tenants import apikeys, ratelimits
 from tenants import services as tenant_services
 from tenants.models import AuditLog, Channel
 from tenants.principal import Principal
-from tests import mcp_fixtures as fx
 from tests.fakes import FakeBackend
-from tests.mcp_fixtures import run
-
-live_db, asgi_server, world = fx.live_db, fx.asgi_server, fx.world
+from tests.live import run
 
 API = "/api/v1"
 ATTACKER = "198.51.100.7"  # documentation addresses: the test client sends nothing anywhere

@@ -20,11 +20,8 @@ from sandboxes.models import Sandbox
 from tenants import ratelimits
 from tenants.models import AuditLog, Channel
 from tenants.principal import Principal
-from tests import mcp_fixtures as fx
 from tests.fakes import FakeBackend
-from tests.mcp_fixtures import run
-
-live_db, asgi_server, world = fx.live_db, fx.asgi_server, fx.world
+from tests.live import run
 
 API = "/api/v1"
 ADDRESS = "198.51.100.41"

@@ -18,11 +18,8 @@ from sandboxes import services
 from sandboxes.models import CommandExecution, Sandbox
 from tenants.models import Channel
 from tenants.principal import Principal
-from tests import mcp_fixtures as fx
 from tests.fakes import FakeBackend
-from tests.mcp_fixtures import run
-
-live_db, asgi_server, world = fx.live_db, fx.asgi_server, fx.world
+from tests.live import run
 
 API = "/api/v1"
 NESTED = b"[" * 100_000 + b"]" * 100_000

@@ -36,10 +36,7 @@ from hypothesis import strategies as st
 
 from sandboxes import services
 from sandboxes.models import Sandbox
-from tests import mcp_fixtures as fx
 from tests.engine import engine_cleaning_up
-
-live_db, asgi_server, world = fx.live_db, fx.asgi_server, fx.world
 
 pytestmark = pytest.mark.docker
 

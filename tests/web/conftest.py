@@ -1,26 +1,23 @@
 """Fixtures for the web pages' tests.
 
-Test-client tests use the two-team fixtures of tests/conftest.py and `login` below. Browser
-tests drive Debian's chromium (/usr/bin/chromium; `.ci/run` and `make install` install it)
-through playwright against platform_site.asgi served by uvicorn in a thread
-(tests/mcp_fixtures.py's `asgi_server`, on the committed module database `live_db`).
+Test-client tests use the two-team fixtures of tests/conftest.py, `login` and the sandbox
+page's `sandbox` below (helpers: tests/web/helpers.py). Browser tests drive Debian's chromium
+(/usr/bin/chromium; `.ci/run` and `make install` install it) through playwright against
+platform_site.asgi served by uvicorn in a thread (tests/conftest.py's `asgi_server`, on the
+committed module database `live_db`); they use `chromium`, so they are marked `browser`.
 Playwright's own browser download does not work here, hence executable_path.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
-import html as html_module
-import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connections
 from django.test import Client
 
-from tests.mcp_fixtures import asgi_server, live_db  # noqa: F401 - fixtures used by name
+from sandboxes import services
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -48,19 +45,6 @@ def login() -> Callable[..., Client]:
         return client
 
     return make
-
-
-def field_errors(html: str, field: str) -> list[str]:
-    """The error messages shown beside `field` (templates/web/_field.html)."""
-    # From the field's wrapper to the next field or the form's end (widgets nest divs).
-    block = re.search(
-        rf'<div class="field[^"]*" id="field-{re.escape(field)}">(.*?)(?:id="field-|</form>)',
-        html,
-        re.S,
-    )
-    assert block, f"no field {field} on the page"
-    found = re.findall(r'<small class="error"[^>]*>(.*?)</small>', block.group(1), re.S)
-    return [html_module.unescape(e) for e in found]
 
 
 # --- browser ---------------------------------------------------------------------------------
@@ -107,16 +91,10 @@ def screenshots(tmp_path: Path) -> Screenshots:
     return Screenshots(directory)
 
 
-def off_loop(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """fn(*args) in a thread of its own. Playwright's sync API keeps an event loop running in
-    the test's thread, where Django refuses ORM calls and asyncio.run refuses to start; the
-    thread's database connection is closed after (PostgreSQL could not drop the database)."""
-
-    def closing() -> Any:
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            connections.close_all()
-
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(closing).result()
+@pytest.fixture
+def sandbox(fake_backend, as_alice) -> str:
+    """Alice's sandbox on the in-memory backend, with /workspace/a.txt (the sandbox page's
+    tests: test_sandbox_page*.py)."""
+    info = services.create_sandbox(as_alice)
+    services.write_file(as_alice, info.id, "a.txt", "hello\n")
+    return info.id

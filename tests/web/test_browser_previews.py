@@ -22,7 +22,7 @@ from sandboxes import services
 from sandboxes.models import Preview, Sandbox
 from tenants.models import Channel, Membership, Role, Team
 from tenants.principal import Principal
-from tests.web.conftest import off_loop
+from tests.web.helpers import off_loop
 
 pytestmark = pytest.mark.docker
 

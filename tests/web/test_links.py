@@ -16,7 +16,7 @@ from sandboxes import services
 from sandboxes.contract.errors import NotFound, PermissionDenied
 from sandboxes.contract.results import UploadFile
 from tenants.models import AuditLog, Membership
-from tests.web.test_sandbox_page import read_stream
+from tests.web.helpers import read_stream
 
 pytestmark = pytest.mark.django_db
 

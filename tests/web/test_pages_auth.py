@@ -7,7 +7,7 @@ import pytest
 
 from sandboxes.models import Sandbox
 from tenants.models import ApiKey, Membership, Role, Team
-from tests.web.conftest import field_errors
+from tests.web.helpers import field_errors
 
 pytestmark = pytest.mark.django_db
 

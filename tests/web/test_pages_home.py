@@ -6,7 +6,7 @@ import pytest
 
 from sandboxes import services
 from sandboxes.models import Sandbox, SandboxStatus
-from tests.web.conftest import field_errors
+from tests.web.helpers import field_errors
 
 pytestmark = pytest.mark.django_db
 

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from tenants import apikeys
 from tenants.models import ApiKey, AuditLog
-from tests.web.conftest import field_errors
+from tests.web.helpers import field_errors
 
 pytestmark = pytest.mark.django_db
 

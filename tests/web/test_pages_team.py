@@ -10,7 +10,7 @@ from django.utils import timezone
 from sandboxes import services
 from sandboxes.models import CommandExecution, CommandStatus
 from tenants.models import AuditLog, Membership, Role
-from tests.web.conftest import field_errors
+from tests.web.helpers import field_errors
 
 pytestmark = pytest.mark.django_db
 

@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from asgiref.sync import async_to_sync, sync_to_async
+from asgiref.sync import sync_to_async
 from django.db import connections
 from django.test import AsyncClient
 
@@ -26,35 +26,16 @@ from sandboxes.models import CommandExecution, Sandbox
 from tenants.models import AuditLog
 from tenants.principal import Principal
 from tests.fakes import FakeBackend
-from tests.web.conftest import field_errors
+from tests.web.helpers import field_errors, files_of, read_stream
 
 pytestmark = pytest.mark.django_db
 
 
-# --- helpers, shared with test_links.py and test_sandbox_page_docker.py ------------------------
-
-
-def read_stream(response: Any) -> bytes:
-    """A streamed response's whole body, whether its content is a sync or an async iterator."""
-    if not getattr(response, "streaming", False):
-        return response.content
-    if response.is_async:
-
-        async def gather() -> bytes:
-            return b"".join([part async for part in response.streaming_content])
-
-        return async_to_sync(gather)()
-    return b"".join(response.streaming_content)
+# --- helpers ---------------------------------------------------------------------------------
 
 
 def events(body: bytes) -> list[dict[str, Any]]:
     return [json.loads(line) for line in body.decode().splitlines() if line]
-
-
-def files_of(sandbox_id: str) -> dict[str, bytes]:
-    """The fake backend's files of a sandbox."""
-    state = Sandbox.objects.get(public_id=sandbox_id).backend_state
-    return dict(FakeBackend.sandboxes[state["container_id"]]["files"])
 
 
 class SlowFake(FakeBackend):
@@ -112,13 +93,6 @@ def urls(sid: str, command_id: int = 1) -> tuple[list[str], list[str]]:
         base + f"jobs/{command_id}/cancel/",
     ]
     return gets, posts
-
-
-@pytest.fixture
-def sandbox(fake_backend, as_alice) -> str:
-    info = services.create_sandbox(as_alice)
-    services.write_file(as_alice, info.id, "a.txt", "hello\n")
-    return info.id
 
 
 # --- who may see what ------------------------------------------------------------------------

@@ -20,15 +20,6 @@ from django.test import Client
 from sandboxes import services
 from sandboxes.models import CommandExecution
 from tenants.models import AuditLog
-from tests import mcp_fixtures as fx
-
-# The shared module-scoped fixtures (pytest finds fixtures by name in the module).
-live_db, asgi_server, shared_sandbox, world = (
-    fx.live_db,
-    fx.asgi_server,
-    fx.shared_sandbox,
-    fx.world,
-)
 
 pytestmark = pytest.mark.docker
 

@@ -14,13 +14,9 @@ from sandboxes import services
 from sandboxes.contract.errors import InvalidInput
 from sandboxes.contract.results import UploadFile
 from tenants.models import AuditLog
-from tests.web import test_sandbox_page as page
-from tests.web.conftest import field_errors
-from tests.web.test_sandbox_page import files_of, read_stream
+from tests.web.helpers import field_errors, files_of, read_stream
 
 pytestmark = pytest.mark.django_db
-
-sandbox = page.sandbox  # the shared fixture (pytest finds fixtures by name in the module)
 
 
 # --- files -----------------------------------------------------------------------------------

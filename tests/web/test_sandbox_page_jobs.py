@@ -18,12 +18,9 @@ from sandboxes.contract.errors import (
 )
 from sandboxes.models import CommandExecution, Sandbox
 from tenants.models import AuditLog
-from tests.web import test_sandbox_page as page
-from tests.web.conftest import field_errors
+from tests.web.helpers import field_errors
 
 pytestmark = pytest.mark.django_db
-
-sandbox = page.sandbox  # the shared fixture (pytest finds fixtures by name in the module)
 
 
 # --- background jobs -------------------------------------------------------------------------

@@ -18,12 +18,10 @@ from django.core.cache import cache
 from sandboxes import services
 from sandboxes.models import CommandExecution, Preview
 from tests.fakes import FakeBackend
-from tests.web import test_sandbox_page as page
-from tests.web.conftest import field_errors
+from tests.web.helpers import field_errors
 
 pytestmark = pytest.mark.django_db
 
-sandbox = page.sandbox  # the shared fixture (pytest finds fixtures by name in the module)
 
 APP = "serve 8000; sleep 60"  # the fake's app: port 8000 answers while the job runs
 
