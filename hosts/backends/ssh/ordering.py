@@ -16,7 +16,7 @@ addressed to a session the server had finished with: nothing is lost.
 
 This touches paramiko internals (`clear_to_send*`, `_send_message`, `Channel.transport`),
 all present in paramiko 3 to 5; `paramiko>=5.1,<6` is pinned and
-tests/test_ssh_connection.py (test_sessions_ending_while_others_write) fails
+tests/ssh/test_connection.py (test_sessions_ending_while_others_write) fails
 without it.
 """
 

@@ -4,7 +4,7 @@ Standard library only, Python 3.8 and later: it runs on the sandbox image's pyth
 modules here are sent into the sandbox as ONE source (hosts.backends.agent.source bundles
 them in the order of PARTS, dropping their relative imports of each other), so a module may
 only use names of the modules before it, and no two define the same top-level name
-(tests/test_agent_protocol.py checks both). They are also importable on the platform, for
+(tests/agent/test_protocol.py checks both). They are also importable on the platform, for
 tests; nothing there runs at import.
 
 - constants: the protocol's constants, the one copy both ends use (protocol.py documents them);
