@@ -20,7 +20,24 @@ def record(
     details: dict[str, Any] | None = None,
     kind: str = AuditKind.CHANGE,
 ) -> AuditLog:
-    return AuditLog.objects.create(
+    entry = row(principal, action, target_type=target_type, target_id=target_id)
+    entry.outcome, entry.details, entry.kind = outcome, details or {}, kind
+    entry.save()
+    return entry
+
+
+def row(
+    principal: Principal,
+    action: str,
+    *,
+    target_type: str = "",
+    target_id: str = "",
+    outcome: str = "ok",
+    details: dict[str, Any] | None = None,
+    kind: str = AuditKind.CHANGE,
+) -> AuditLog:
+    """The row `record` writes, not saved yet (a change writes it with its own statements)."""
+    return AuditLog(
         actor=principal.user if principal.user and principal.user.pk else None,
         team=principal.team,
         channel=principal.channel,

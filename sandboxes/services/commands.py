@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from django.utils import timezone
 
+from dbkit import writes
 from hosts.backends.base import BackendError, ExecResult, OutputCallback, SandboxGone
 from sandboxes.contract.errors import BackendFailure, InvalidInput, NotFound
 from sandboxes.contract.results import CommandResult
@@ -13,7 +15,7 @@ from sandboxes.models import CommandExecution, CommandStatus, Sandbox
 from sandboxes.policy import access, validation
 from sandboxes.policy.access import READ, WRITE
 from sandboxes.services.common import backend_of, decode_output, mark_lost, running_sandbox, touch
-from tenants.auditing import AUDIT_VIEW, audited, change, current
+from tenants.auditing import AUDIT_VIEW, audited, change_with, current
 from tenants.principal import Principal
 
 
@@ -155,10 +157,12 @@ def _execute(
     except BackendError as exc:
         fail_execution(execution, sandbox, exc, time.monotonic() - started)
         raise BackendFailure(f"command could not run in sandbox {sandbox_id}: {exc}") from exc
-    with change():  # the command's record and its audit row, one transaction
-        _finish_execution(execution, result)
-        touch(sandbox)
-        current().details.update({"status": execution.status, "exit_code": execution.exit_code})
+    finished = _finished(execution, result)
+    current().details.update({"status": execution.status, "exit_code": execution.exit_code})
+    # The command's record and its audit row, in one transaction that holds the write lock
+    # only for the two statements (dbkit/writes.py).
+    change_with(writes.update(CommandExecution.objects.filter(pk=execution.pk), finished))
+    touch(sandbox)
     return CommandResult.from_model(execution)
 
 
@@ -184,7 +188,8 @@ _FINISHED_FIELDS = [
 ]
 
 
-def _finish_execution(execution: CommandExecution, result: ExecResult) -> None:
+def _finished(execution: CommandExecution, result: ExecResult) -> dict[str, Any]:
+    """What finishing the command changes (set on `execution` too), to be written."""
     execution.status = _status_of(result)
     execution.exit_code = result.exit_code
     execution.stdout = decode_output(result.stdout)
@@ -197,7 +202,7 @@ def _finish_execution(execution: CommandExecution, result: ExecResult) -> None:
     execution.finished_at = timezone.now()
     if result.timed_out:
         execution.error_message = f"timed out after {execution.timeout_seconds:g} s"
-    execution.save(update_fields=_FINISHED_FIELDS)
+    return {name: getattr(execution, name) for name in _FINISHED_FIELDS}
 
 
 def fail_execution(

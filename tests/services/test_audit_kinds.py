@@ -8,9 +8,12 @@ which buried the changes an auditor looks for.
 from __future__ import annotations
 
 import pytest
+from django.db import IntegrityError
 
+from dbkit import writes
 from sandboxes import services
 from sandboxes.contract.errors import NotFound
+from sandboxes.models import CommandExecution
 from tenants import audit
 from tenants.auditing import AUDIT_VIEW, audited, change, unaudited
 from tenants.models import AuditKind, AuditLog, Team
@@ -118,3 +121,32 @@ def test_a_step_run_unaudited_fills_in_the_actions_one_row(as_alice, team_a):
 def test_only_a_change_can_share_its_transaction():
     with pytest.raises(AssertionError):
         audited("test.bad", kind=AUDIT_VIEW, atomic=True)
+
+
+def test_a_command_whose_row_cannot_be_written_keeps_no_finished_record(
+    fake_backend, as_alice, monkeypatch
+):
+    """The command hot path writes its record and its row as two compiled statements in one
+    transaction (tenants.auditing.change_with): a failed row takes the record back with it."""
+    created = services.create_sandbox(as_alice)
+    real_insert = writes.insert
+
+    def failing_audit_insert(obj):
+        if isinstance(obj, AuditLog):
+            return "INSERT INTO tenants_auditlog (action) VALUES (NULL)", ()  # NOT NULL
+        return real_insert(obj)
+
+    monkeypatch.setattr(writes, "insert", failing_audit_insert)
+    with pytest.raises(IntegrityError):
+        services.run_command(as_alice, created.id, "echo hi")
+    execution = CommandExecution.objects.get(command="echo hi")
+    assert (execution.status, execution.exit_code) == ("running", None)
+    (failed,) = rows("command.run")
+    assert (failed.outcome, failed.kind) == ("error", AuditKind.CHANGE)
+    monkeypatch.undo()
+    ran = services.run_command(as_alice, created.id, "echo again")
+    assert ran.exit_code == 0
+    row = rows("command.run")[-1]
+    assert (row.outcome, row.details["status"], row.details["exit_code"]) == ("ok", "succeeded", 0)
+    stored = CommandExecution.objects.get(pk=ran.id)
+    assert (stored.status, stored.stdout) == ("succeeded", ran.stdout)
