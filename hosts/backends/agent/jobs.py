@@ -15,7 +15,7 @@ process that started it:
   SIGKILL after KILL_AFTER s, then the sweep) from the already running agent: no process has
   to start, so it works while the job is a fork bomb holding the sandbox's pids limit.
 
-The job dict (jobscripts.job_dict) is all a later call needs, in any process, and the
+The job dict (joblaunch.job_dict) is all a later call needs, in any process, and the
 per-command path (fallback) uses the same files and scripts: either path polls and cancels a
 job the other started.
 """
@@ -28,14 +28,12 @@ from typing_extensions import Unpack
 
 from hosts.backends.agent.link import AgentLink
 from hosts.backends.base import BackendError, JobStatus
+from hosts.backends.joblaunch import CANCEL_TIMEOUT, job_launch, poll_args
 from hosts.backends.jobscripts import (
-    CANCEL_TIMEOUT,
     KILL_AFTER,
     POLL,
     RUNNER,
-    job_launch,
     parse_status,
-    poll_args,
 )
 from hosts.backends.options import JobOptions
 

@@ -30,15 +30,14 @@ from typing_extensions import Unpack
 
 from hosts.backends.base import BackendError, JobStatus, SandboxGone
 from hosts.backends.fallback.commands import INTERNAL_TIMEOUT, PlainCommands
+from hosts.backends.joblaunch import job_launch, poll_args
 from hosts.backends.jobscripts import (
     CANCEL,
     KILL_AFTER,
     POLL,
     RUNNER,
     START,
-    job_launch,
     parse_status,
-    poll_args,
 )
 from hosts.backends.options import JobOptions
 
