@@ -14,7 +14,7 @@ from hosts.backends import get_backend
 from sandboxes.contract.errors import BackendFailure, ServiceError
 from sandboxes.housekeeping.config import system_for
 from sandboxes.models import CommandExecution, CommandStatus, Sandbox, SandboxStatus
-from tenants.auditing import audited, current
+from tenants.auditing import audited, change, current
 from tenants.models import Team
 from tenants.principal import Principal
 
@@ -172,5 +172,6 @@ def retire(principal: Principal, sandbox: Sandbox, reason: str) -> None:
         sandbox.transition(SandboxStatus.ERROR, f"auto-cleanup failed: {exc}")
         sandbox.save(update_fields=["status", "status_message"])
         raise BackendFailure(f"could not delete sandbox {sandbox.public_id}: {exc}") from exc
-    sandbox.transition(SandboxStatus.DELETED, sandbox.status_message)
-    sandbox.save()
+    with change():  # deleted, and its audit row, in one transaction
+        sandbox.transition(SandboxStatus.DELETED, sandbox.status_message)
+        sandbox.save()
