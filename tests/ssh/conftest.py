@@ -33,9 +33,9 @@ from hosts.backends.ssh.connection import SshConnection
 from hosts.backends.ssh.hostprobe import HostFacts, host_facts
 from hosts.backends.ssh.pool import ConnectionPool
 from hosts.backends.ssh.provision import destroy, provision
-from hosts.models import Credential, Host
+from hosts.models import Host
 from sandboxes import services
-from tests.ssh.helpers import ABSENT_PYTHON, LIMITS, SYSTEM, host_on, new_link
+from tests.ssh.helpers import LIMITS, SYSTEM, host_on, make_backend, new_link
 from tests.ssh.logins import PLAIN_USER, SUDO_USER
 from tests.ssh.sshd import Sshd, running_sshd
 
@@ -129,20 +129,7 @@ def sudo_for_test_user(sshd: Sshd) -> Iterator[None]:
 def plain_backend(sshd: Sshd, base_dir: str) -> Iterator[SshBackend]:
     """SshBackend on the module's sshd as a host without python3: every call goes the plain
     way (the Host and its Credential are unsaved model objects: no database is needed)."""
-    key = sshd.client_keys["ed25519"]
-    credential = Credential(name="plain", kind=Credential.Kind.PRIVATE_KEY, username=sshd.username)
-    credential.set_secret(key.text)
-    host = Host(
-        name="plain-box",
-        kind="ssh",
-        endpoint=f"{sshd.address}:{sshd.port}",
-        credential=credential,
-        base_dir=base_dir,
-        host_key_pinned=sshd.fingerprint,
-        host_key_type="ssh-ed25519",
-    )
-    ssh = SshBackend(host)
-    ssh.place.python = ABSENT_PYTHON  # what a host without python3 looks like to the backend
+    ssh = make_backend(sshd, base_dir, agent=False, name="plain-box")
     yield ssh
     ssh.close()
 

@@ -26,6 +26,7 @@ from hosts.backends.agent.link import AgentLink
 from hosts.backends.base import JobStatus, SandboxSpec
 from hosts.backends.ssh import layout
 from hosts.backends.ssh.agent import agent_link
+from hosts.backends.ssh.backend import SshBackend
 from hosts.backends.ssh.connection import SshConnection
 from hosts.backends.ssh.pool import ConnectionPool
 from hosts.models import Credential, Host
@@ -197,3 +198,24 @@ def host_on(server: Sshd, workdir: Path, settings: Any, docker_host: Host) -> It
     reset_backends()
     yield host
     reset_backends()
+
+
+def make_backend(sshd: Sshd, base_dir: str, *, agent: bool, name: str = "ports-box") -> SshBackend:
+    """SshBackend on the test's sshd (unsaved Host and Credential: no database needed); without
+    the agent, as a host without python3 looks to the backend."""
+    key = sshd.client_keys["ed25519"]
+    credential = Credential(name=name, kind=Credential.Kind.PRIVATE_KEY, username=sshd.username)
+    credential.set_secret(key.text)
+    host = Host(
+        name=name,
+        kind="ssh",
+        endpoint=f"{sshd.address}:{sshd.port}",
+        credential=credential,
+        base_dir=base_dir,
+        host_key_pinned=sshd.fingerprint,
+        host_key_type="ssh-ed25519",
+    )
+    ssh = SshBackend(host)
+    if not agent:
+        ssh.place.python = ABSENT_PYTHON
+    return ssh

@@ -25,8 +25,7 @@ from hosts.backends.base import PortClosed, PortStream, Unsupported
 from hosts.backends.ssh.backend import SshBackend
 from hosts.backends.ssh.hostprobe import HostFacts
 from hosts.backends.ssh.ports import ChannelPortStream
-from hosts.models import Credential, Host
-from tests.ssh.helpers import ABSENT_PYTHON
+from tests.ssh.helpers import make_backend
 from tests.ssh.sshd import Sshd
 
 pytestmark = pytest.mark.sshd
@@ -46,25 +45,6 @@ def echo(conn):
 while True:
     threading.Thread(target=echo, args=(server.accept()[0],), daemon=True).start()
 """
-
-
-def make_backend(sshd: Sshd, base_dir: str, *, agent: bool) -> SshBackend:
-    key = sshd.client_keys["ed25519"]
-    credential = Credential(name="ports", kind=Credential.Kind.PRIVATE_KEY, username=sshd.username)
-    credential.set_secret(key.text)
-    host = Host(
-        name="ports-box",
-        kind="ssh",
-        endpoint=f"{sshd.address}:{sshd.port}",
-        credential=credential,
-        base_dir=base_dir,
-        host_key_pinned=sshd.fingerprint,
-        host_key_type="ssh-ed25519",
-    )
-    ssh = SshBackend(host)
-    if not agent:  # what a host without python3 looks like to the backend
-        ssh.place.python = ABSENT_PYTHON
-    return ssh
 
 
 @pytest.fixture
