@@ -5,8 +5,10 @@ Each service says what kind of action it is (AuditKind):
 - a change is audited in the same transaction as the change: with `atomic=True` the whole
   service body and its row are one transaction (for services that only write rows); a
   service that waits on a sandbox or a host meanwhile (a command, a provision) makes its
-  last state change inside `with change():`, which writes the row in that transaction. Either
-  way there is no change without its row and no row for a change that was rolled back;
+  state changes inside `with change():`, and the first writes the row in its transaction.
+  The log is append-only: an action whose end says more than that row (a workflow's steps,
+  a deploy that fails after starting its app) closes it with a second row. Either way
+  there is no change without its row and no row for a change that was rolled back;
 - a read of data out of a sandbox (a download, a file link opened, a preview opened) is
   audited after the call;
 - a view of metadata (a listing, a sandbox's or command's details) is audited only when the
@@ -36,7 +38,7 @@ from django.db import transaction
 from dbkit import writes
 from tenants import audit
 from tenants.errors import ServiceError
-from tenants.models import AuditKind, Team
+from tenants.models import AuditKind, AuditLog, Team
 from tenants.principal import Principal
 
 # What services pass as `kind`: a view of metadata, a read of data (a change is the default).
@@ -62,7 +64,10 @@ class AuditDraft:
     team: Team | None = None
     principal: Principal | None = None
     written: bool = False  # the ok row is in (inside the change's transaction)
-    steps: int = 0  # unaudited steps running: their changes are not the action's last one
+    # The row a change wrote (change(): kept), compared with the action's end: one that
+    # says more (a failure, details learned after the change) closes it with a row of its own.
+    row: AuditLog | None = None
+    steps: int = 0  # unaudited steps running (their change_with goes through change())
 
     def target(self, target_type: str, target_id: Any) -> None:
         self.target_type, self.target_id = target_type, str(target_id)
@@ -86,10 +91,23 @@ def change() -> Iterator[AuditDraft]:
     draft = _current.get()
     with transaction.atomic():
         yield current()
-        # A step's change (draft.steps) is not the whole action: the action's row waits.
-        if draft is not None and draft.principal is not None and not (draft.written or draft.steps):
-            _write(draft.principal, draft, "ok", "")
+        if _owed(draft):
+            assert draft is not None and draft.principal is not None
+            draft.row = _write(draft.principal, draft, "ok", "")
             draft.written = True
+
+
+def _owed(draft: AuditDraft | None) -> bool:
+    """Whether a change made now writes the action's row: the action is a change (a view
+    that records a state on the way, as a poll that sees a job's end, keeps its own rule)
+    and its row is not in yet. The first change writes it, so no change is ever without
+    its row; an action of several changes (a workflow's steps) amends it at its end."""
+    return (
+        draft is not None
+        and draft.principal is not None
+        and draft.kind == AuditKind.CHANGE
+        and not draft.written
+    )
 
 
 def _clean(value: Any) -> Any:
@@ -125,15 +143,15 @@ def audited(
                 else:
                     result = function(*args, **kwargs)
             except ServiceError as exc:
-                _write(principal, draft, exc.code, exc.message)
+                _settle(principal, draft, exc.code, exc.message)
                 raise
             except Exception as exc:
-                _write(principal, draft, "error", f"{type(exc).__name__}: {exc}")
+                _settle(principal, draft, "error", f"{type(exc).__name__}: {exc}")
                 raise
             finally:
                 _current.reset(token)
-            if not draft.written and _wanted(principal, draft):
-                _write(principal, draft, "ok", "")
+            if draft.written or _wanted(principal, draft):
+                _settle(principal, draft, "ok", "")
             return result
 
         wrapper.unaudited = function  # type: ignore[attr-defined]
@@ -147,21 +165,27 @@ def change_with(*statements: writes.Statement) -> None:
     row, run back to back in one short transaction: for a hot path, where the ORM's Python
     between two writes would hold SQLite's write lock (change() is the general form)."""
     draft = _current.get()
+    if draft is not None and draft.steps and _owed(draft):
+        with change():  # a step's change: its row is kept, to be amended (see AuditDraft.row)
+            writes.run_together(list(statements))
+        return
     batch = list(statements)
-    owed = draft is not None and draft.principal is not None and not (draft.written or draft.steps)
-    if draft is not None and draft.principal is not None and owed:
+    owed = _owed(draft)
+    if owed:
+        assert draft is not None and draft.principal is not None
         who, fields = _fields(draft.principal, draft, "ok", "")
         batch.append(writes.insert(audit.row(who, draft.action, **fields)))
     writes.run_together(batch)
-    if draft is not None and owed:
+    if owed:
+        assert draft is not None
         draft.written = True
 
 
 def unaudited(service: Callable[P, R]) -> Callable[P, R]:
     """An audited service's own body, without its row: for a service that runs another as a
     step of its own audited action (a workflow, a deploy), whose row covers the step and
-    whose draft the step fills in. The step's own `change()` is then only a transaction: the
-    action's row is written with the action's last change, or after it."""
+    whose draft the step fills in. The step's first change writes the action's row (which
+    the action's end may close with a second)."""
     body: Callable[P, R] = service.unaudited  # type: ignore[attr-defined]
 
     @functools.wraps(body)
@@ -187,9 +211,25 @@ def _wanted(principal: Principal, draft: AuditDraft) -> bool:
     return bool(team is not None and team.audit_views)
 
 
-def _write(principal: Principal, draft: AuditDraft, outcome: str, error: str) -> None:
+def _write(principal: Principal, draft: AuditDraft, outcome: str, error: str) -> AuditLog:
     who, fields = _fields(principal, draft, outcome, error)
-    audit.record(who, draft.action, **fields)
+    return audit.record(who, draft.action, **fields)
+
+
+def _settle(principal: Principal, draft: AuditDraft, outcome: str, error: str) -> None:
+    """The action's row as it ended: written now, unless a change on the way wrote it and
+    the end adds nothing (a later failure, details learned after: a closing row)."""
+    if draft.row is None:
+        if not (draft.written and outcome == "ok"):
+            _write(principal, draft, outcome, error)
+        return
+    _, fields = _fields(principal, draft, outcome, error)
+    kept = draft.row
+    if all(getattr(kept, name) == value for name, value in fields.items()):
+        return
+    # The log is append-only: the end is a row of its own, pointing at the one it closes.
+    draft.details["continues"] = kept.pk
+    _write(principal, draft, outcome, error)
 
 
 def _fields(

@@ -1,7 +1,7 @@
 """Tar archives on their way into a sandbox (any backend kind): checked, rewritten, streamed.
 
-An upload is unpacked by `tar -x` running as the sandbox user inside the sandbox (files.py),
-so it can write nothing the sandbox user could not. Before a byte is sent, the archive is read
+An upload is unpacked by `tar -x` running as the sandbox user inside the sandbox, so it can
+write nothing the sandbox user could not. Before a byte is sent, the archive is read
 once for its headers only (`plan`, or a `Planner` fed by a caller that walks the headers for
 checks of its own, so they are read once in all): every member must be a file, a directory
 or a link that stays inside the destination, and the directories it writes into are listed,
@@ -11,12 +11,14 @@ the sandbox user's whatever an archive says), in writes of about SEND_BYTES. The
 is known in advance, so the sandbox reads exactly that much (`head -c`) and needs no
 end-of-file on its stdin, which a TLS connection to a remote engine cannot half-close.
 
-The shell scripts of downloads (TAR_CREATE) and listings (LIST) that run as the sandbox user
-on the per-command paths (Docker, SSH hosts without python3) are here too.
+The shell scripts that run as the sandbox user on the per-command paths (Docker, SSH hosts
+without python3) are here too: downloads (TAR_CREATE), uploads (UPLOAD_CHECKS, `untar`) and
+listings (LIST), with what their ends mean.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import posixpath
 import re
@@ -106,18 +108,19 @@ class Planned:
         self.source.close()
 
 
-def planned(archive: bytes | IO[bytes]) -> tuple[IO[bytes], Plan, bool]:
-    """(a seekable source, its plan, whether the caller must close that source): the plan
-    a Planned archive carries, or one made here (reading the headers once)."""
+@contextlib.contextmanager
+def planned(archive: bytes | IO[bytes]) -> Iterator[tuple[IO[bytes], Plan]]:
+    """(a seekable source, its plan): the plan a Planned archive carries, or one made here
+    (reading the headers once); a source made here (a copy) is closed at the end."""
     if isinstance(archive, Planned):
-        return archive.source, archive.plan, False
+        yield archive.source, archive.plan
+        return
     source = seekable(archive)
     try:
-        return source, plan(source), source is not archive
-    except BaseException:
+        yield source, plan(source)
+    finally:
         if source is not archive:
             source.close()
-        raise
 
 
 def seekable(archive: bytes | IO[bytes]) -> IO[bytes]:
@@ -264,6 +267,86 @@ def batches(paths: list[str], limit: int = ARGS_BATCH) -> list[list[str]]:
         out[-1].append(path)
         size += len(path) + 1
     return out
+
+
+# Uploads on the per-command paths (Docker, SSH): the checks before anything is written.
+# DEST's components below ROOT, then each DIR (relative to DEST, parents first), must be a
+# directory or not exist yet; then DEST is made and must be writable. ROOT is /workspace as
+# the script sees it (on SSH, its directory on the host); messages name /workspace paths. A
+# symbolic link is refused, neither followed (it may point anywhere the sandbox user can
+# write, /tmp, the home) nor replaced by a directory (the user's link would silently
+# disappear). Whoever runs UPLOAD_CHECKS sets $root and $dest, leaves the DIRs in "$@", and
+# defines `refuse` (exits LINK_EXIT) and `fail` (DEST cannot be made or written).
+LINK_EXIT = 45
+CHECK_FAILED = 46  # what an extract that runs the checks first exits with from `fail`
+UPLOAD_CHECKS = r"""
+check() {
+    if [ -L "$1" ]; then
+        refuse "$2 is a symbolic link: uploads neither follow links nor replace them;" \
+            "upload to the directory it points to, or remove the link first"
+    fi
+    if [ -e "$1" ] && [ ! -d "$1" ]; then refuse "$2 exists and is not a directory"; fi
+}
+p=$root
+set -f; IFS=/
+for part in ${dest#"$root"}; do
+    [ -n "$part" ] && p=$p/$part && check "$p" "/workspace${p#"$root"}"
+done
+set +f; unset IFS
+mkdir -p -- "$dest" || fail
+[ -w "$dest" ] || fail "$dest is not writable by the sandbox user"
+for d in "$@"; do check "$dest/$d" "/workspace${dest#"$root"}/$d"; done
+"""
+# `sh -c UPLOAD_PREPARE sandhub-prepare ROOT DEST DIR...`: the checks alone, before the tar
+# -x (checks_failure reads its end).
+UPLOAD_PREPARE = (
+    r"""
+root=$1 dest=$2; shift 2
+refuse() { echo "$@" >&2; exit 45; }
+fail() { [ -n "$1" ] && echo "$1" >&2; exit 1; }
+"""
+    + UPLOAD_CHECKS
+)
+_UNTAR_STATUS = re.compile(r"sandhub-untar (\d+)\s*$")
+
+
+def untar(reader: str = "") -> str:
+    """Script text: `tar -x` into $dest of the archive on stdin (piped through `reader`, if
+    given). Its output (the last of it) and its status come at the end, on stderr, so nothing
+    waits to be read while the archive is sent; untar_failure reads them."""
+    return (
+        "{ " + reader + 'tar -x -p --no-same-owner --no-overwrite-dir -C "$dest" -f - 2>&1\n'
+        '  echo "sandhub-untar $?"; } | tail -c 16384 >&2\n'
+    )
+
+
+def checks_failure(dest: str, code: int | None, message: str) -> Exception | None:
+    """What the end of the upload checks means: None when they passed, else the error."""
+    if code == 0:
+        return None
+    if code == LINK_EXIT:
+        return NotADirectoryError(message)
+    return BackendError(f"cannot create directory {dest}: {message}")
+
+
+def untar_failure(
+    dest: str, code: int | None, said: bytes, *, sent: bool = True
+) -> Exception | None:
+    """What the end of an upload's script (untar, the checks before it if any) means: None
+    when tar -x read all of the archive (`sent`: all of it went), else the error to raise."""
+    output = said.decode("utf-8", "replace").strip()
+    status = _UNTAR_STATUS.search(output)
+    if code == 0 and status and status.group(1) == "0" and sent:
+        return None
+    message = _UNTAR_STATUS.sub("", output).strip() or f"exit code {code}"
+    if code in (LINK_EXIT, CHECK_FAILED):
+        return checks_failure(dest, code, message)
+    # What the sandbox user may not do there is the caller's to fix, not the host's.
+    if "Permission denied" in message:
+        return PermissionError(message)
+    if "Is a directory" in message or "File exists" in message:
+        return FileExistsError(message)  # a file where a directory is, or the reverse
+    return BackendError(f"unpacking into {dest} failed: {message}")
 
 
 # Listings (the per-command paths: Docker, SSH hosts without python3): `sh -c LIST sandhub-ls

@@ -10,7 +10,7 @@ from sandboxes.housekeeping import pool, probes, reconcile, sweep
 from sandboxes.models import Preview
 from sandboxes.policy import access, placement
 from sandboxes.policy.access import READ
-from tenants.auditing import AUDIT_VIEW, audited, current
+from tenants.auditing import AUDIT_VIEW, audited, change, current
 from tenants.models import Team
 from tenants.principal import Principal
 
@@ -62,8 +62,9 @@ def probe_host(principal: Principal, host_id: int) -> HostInfo:
     host = admin_host(principal, host_id)
     # The same probe and bookkeeping as the scheduled one (GPU, host.down / host.up rows).
     result = probes.probe(host)
-    probes.record_probe(host, result)
-    current().details.update({"healthy": result.healthy, "idle_score": host.idle_score})
+    with change():
+        probes.record_probe(host, result)
+        current().details.update({"healthy": result.healthy, "idle_score": host.idle_score})
     return _host_info(host)
 
 

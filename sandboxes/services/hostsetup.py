@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass, field
 from urllib.parse import SplitResult, urlsplit
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError
 from django.utils import timezone
 
 from hosts.backends import backend_class
@@ -33,7 +33,7 @@ from sandboxes.contract.results import HostInfo, HostKeyInfo
 from sandboxes.housekeeping import probes
 from sandboxes.policy import access
 from sandboxes.services.hosts import _host_info
-from tenants.auditing import AUDIT_READ, audited, current
+from tenants.auditing import AUDIT_READ, audited, change, current
 from tenants.models import Team
 from tenants.principal import Principal
 
@@ -330,11 +330,12 @@ def _probe(host: Host) -> ProbeResult:
 
 def _save(host: Host, credential: Credential | None, result: ProbeResult) -> None:
     try:
-        with transaction.atomic():
+        with change() as draft:  # the host, its credential and the host.add row together
             if credential is not None:
                 credential.save()
                 host.credential = credential
             host.save()
+            draft.target("host", host.pk)
             probes.record_probe(host, result)  # health, load, sudo, GPUs, as probes store them
     except IntegrityError as exc:
         raise Conflict(f"a host or credential named {host.name} was added meanwhile") from exc

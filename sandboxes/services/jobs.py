@@ -16,6 +16,7 @@ from hosts.backends.base import BackendError, JobStatus, SandboxGone
 from sandboxes.contract.results import BackgroundCheck
 from sandboxes.models import CommandExecution, CommandStatus, Sandbox, SandboxStatus
 from sandboxes.services.common import backend_of, decode_output, mark_lost
+from tenants.auditing import change, current
 
 # The sandbox kills a job at its maximum runtime itself (coreutils timeout); the supervisor
 # kills it this long after, in case that did not happen (a job that escaped its group, ...).
@@ -138,25 +139,30 @@ def record_background_end(
     Numbers come from the sandbox: what no column can hold is not stored (an exit code out of
     range as None, an elapsed time that is no finite number as the time the row has run).
     """
-    now = timezone.now()
     if exit_code is not None and not _EXIT_CODES[0] <= exit_code <= _EXIT_CODES[1]:
         exit_code = None
     if elapsed is None or not math.isfinite(elapsed) or elapsed < 0:
         elapsed = _elapsed(execution)
-    updated = CommandExecution.objects.filter(pk=execution.pk, status=CommandStatus.RUNNING).update(
-        status=status,
-        exit_code=exit_code,
-        stdout=decode_output(output),
-        stderr="",
-        stdout_bytes=output_bytes,
-        stdout_truncated=output_bytes > len(output),
-        stderr_bytes=0,
-        stderr_truncated=False,
-        duration_seconds=elapsed,
-        finished_at=now,
-        error_message=message[:2000],
-    )
-    execution.refresh_from_db()
+    # A cancel's change: its audit row goes in the same transaction (elsewhere: a transaction).
+    with change():
+        updated = CommandExecution.objects.filter(
+            pk=execution.pk, status=CommandStatus.RUNNING
+        ).update(
+            status=status,
+            exit_code=exit_code,
+            stdout=decode_output(output),
+            stderr="",
+            stdout_bytes=output_bytes,
+            stdout_truncated=output_bytes > len(output),
+            stderr_bytes=0,
+            stderr_truncated=False,
+            duration_seconds=elapsed,
+            finished_at=timezone.now(),
+            error_message=message[:2000],
+        )
+        execution.refresh_from_db()
+        # A cancel's row says how the command ended: here, or first by its supervisor.
+        current().details["status"] = execution.status
     return updated == 1
 
 

@@ -39,7 +39,7 @@ from sandboxes.policy.access import READ, WRITE
 from sandboxes.services.background import cancel_background, check_background, start_background
 from sandboxes.services.common import backend_of, mark_lost, running_sandbox
 from sandboxes.services.previews_tokens import MAX_TOKEN_SECONDS, mint_token
-from tenants.auditing import AUDIT_VIEW, audited, current, unaudited
+from tenants.auditing import AUDIT_VIEW, audited, change, current, unaudited
 from tenants.models import Role, Team
 from tenants.principal import Principal
 
@@ -300,7 +300,8 @@ def _token(
 def _stop(principal: Principal, sandbox: Sandbox, preview: Preview, reason: str) -> bool:
     """Close the preview first (access ends at once), then cancel its command if it runs;
     whether a command was cancelled."""
-    Preview.objects.filter(pk=preview.pk).stop(reason)
+    with change():  # the action's row with it (a deploy's is amended when the deploy ends)
+        Preview.objects.filter(pk=preview.pk).stop(reason)
     command = preview.command
     if command is None or command.status not in (CommandStatus.QUEUED, CommandStatus.RUNNING):
         return False

@@ -24,7 +24,7 @@ from sandboxes.policy import access, placement
 from sandboxes.policy.access import READ
 from tenants import services as tenant_services
 from tenants.auditing import AUDIT_VIEW, audited, current, unaudited
-from tenants.models import ApiKey, AuditLog, Channel, Membership, Role, Team
+from tenants.models import ApiKey, AuditKind, AuditLog, Channel, Membership, Role, Team
 from tenants.principal import Principal
 
 MANAGER_ROLES = frozenset({Role.OWNER, Role.ADMIN})
@@ -180,18 +180,21 @@ def team_audit_log(
     actor: str = "",
     action: str = "",
     channel: str = "",
+    kind: str = "",
     since: datetime | None = None,
     until: datetime | None = None,
 ) -> QuerySet[AuditLog]:
     """The team's audit rows, newest first (owners and admins only). `actor` is a username,
-    `action` matches the start of the action (`sandbox.` gives every sandbox action)."""
+    `action` matches the start of the action (`sandbox.` gives every sandbox action), `kind`
+    is change, read or view (AuditKind)."""
     team = _manager_team(principal, "read the team's audit log")
     current().target("team", team.slug)
     if channel and channel not in Channel.values:
         raise InvalidInput(f"unknown channel {channel!r}; use one of {', '.join(Channel.values)}")
-    current().details.update(
-        {k: v for k, v in {"actor": actor, "action": action, "channel": channel}.items() if v}
-    )
+    if kind and kind not in AuditKind.values:
+        raise InvalidInput(f"unknown kind {kind!r}; use one of {', '.join(AuditKind.values)}")
+    asked = {"actor": actor, "action": action, "channel": channel, "kind": kind}
+    current().details.update({k: v for k, v in asked.items() if v})
     rows = AuditLog.objects.filter(team=team).select_related("actor")
     if actor:
         user_model = get_user_model()
@@ -200,6 +203,8 @@ def team_audit_log(
         rows = rows.filter(action__startswith=action)
     if channel:
         rows = rows.filter(channel=channel)
+    if kind:
+        rows = rows.filter(kind=kind)
     if since is not None:
         rows = rows.filter(created_at__gte=since)
     if until is not None:

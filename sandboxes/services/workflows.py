@@ -3,7 +3,9 @@
 run_tests runs a test suite and summarises its JUnit report; run_once creates a throwaway
 sandbox, runs one command in it and deletes it. One call is one act, so it leaves ONE audit
 row: the steps run without their own rows (`unaudited`), their bodies filling in this call's
-audit entry instead (target sandbox, command id, status, ...).
+audit entry instead (target sandbox, command id, status, ...). The row is written with the
+first step's change, in its transaction; the workflow's end (its details, or a failure) is
+a second row that continues it.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from django import forms
 
 from sandboxes.models import CommandStatus
 from sandboxes.services.team import TeamUsage
-from tenants.models import ApiKeyScope, Channel, Role
+from tenants.models import ApiKeyScope, AuditKind, Channel, Role
 
 EXPIRY_CHOICES = [
     ("1d", "1 day"),
@@ -115,6 +115,7 @@ class AuditFilterForm(forms.Form):
         max_length=64, required=False, help_text="e.g. sandbox.create, or sandbox. for all."
     )
     channel = forms.ChoiceField(choices=[("", "Any channel"), *Channel.choices], required=False)
+    kind = forms.ChoiceField(choices=[("", "Any kind"), *AuditKind.choices], required=False)
     since = forms.DateTimeField(
         required=False,
         label="From",

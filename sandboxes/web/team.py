@@ -91,6 +91,7 @@ def audit_log(request: HttpRequest) -> HttpResponse:
             actor=filters.get("actor", ""),
             action=filters.get("action", ""),
             channel=filters.get("channel", ""),
+            kind=filters.get("kind", ""),
             since=filters.get("since"),
             until=filters.get("until"),
         )

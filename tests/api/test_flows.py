@@ -126,12 +126,16 @@ def test_run_tests_and_run_once_endpoints(world, shared_sandbox):
     assert body["deleted"] and body["result"]["stdout"] == "hi there\nrun\n"
     assert Sandbox.objects.get(public_id=body["sandbox_id"]).status == "deleted"
 
-    # One call, one audit row, whatever it does inside.
-    rows = AuditLog.objects.filter(id__gt=start).order_by("id")
+    # Each call: the row of its first change and the end that continues it, none of its
+    # steps' own, whatever it does inside.
+    rows = list(AuditLog.objects.filter(id__gt=start).order_by("id"))
     assert [(r.action, r.channel) for r in rows] == [
         ("command.tests", Channel.API),
+        ("command.tests", Channel.API),
+        ("command.once", Channel.API),
         ("command.once", Channel.API),
     ]
+    assert [r.details.get("continues") for r in rows] == [None, rows[0].pk, None, rows[2].pk]
 
 
 def test_session_auth_acts_in_the_users_team(world, shared_sandbox):

@@ -194,7 +194,7 @@ def test_every_call_leaves_an_mcp_audit_row(asgi_server, world, shared_sandbox):
     assert key.last_used_at is not None and key.last_used_address == "127.0.0.1"
 
 
-def test_run_tests_and_run_once_leave_one_audit_row_each(asgi_server, world, shared_sandbox):
+def test_run_tests_and_run_once_leave_their_rows_only(asgi_server, world, shared_sandbox):
     start = AuditLog.objects.order_by("-id").values_list("id", flat=True).first()
 
     async def conversation():
@@ -209,8 +209,11 @@ def test_run_tests_and_run_once_leave_one_audit_row_each(asgi_server, world, sha
     rows = list(AuditLog.objects.filter(id__gt=start).order_by("id"))
     assert [(row.action, row.outcome) for row in rows] == [
         ("command.tests", "ok"),
+        ("command.tests", "ok"),
+        ("command.once", "ok"),
         ("command.once", "ok"),
     ]
+    assert [r.details.get("continues") for r in rows] == [None, rows[0].pk, None, rows[2].pk]
     assert rows[0].target_id == shared_sandbox and rows[0].details["command"] == "true"
 
 

@@ -35,7 +35,9 @@ def test_deploy_app_waits_for_the_port_and_opens_its_preview(sandbox, as_alice, 
     grant = services.authorize_preview(ask(sandbox, token=app.token))
     assert http_get(grant).endswith(PAGE)
     rows = list(AuditLog.objects.filter(pk__gt=before).order_by("id"))
-    assert [r.action for r in rows] == ["app.deploy", "preview.opened"]  # one row per act
+    # The deploy's row went in with the app's command; its end (the preview) continues it.
+    assert [r.action for r in rows] == ["app.deploy", "app.deploy", "preview.opened"]
+    assert rows[1].details["continues"] == rows[0].pk and "preview_id" in rows[1].details
     assert rows[0].details["command_id"] == app.command_id and rows[0].details["port"] == 8000
 
     stopped = services.stop_app(as_alice, sandbox, 8000)

@@ -234,7 +234,7 @@ def test_an_mcp_request_with_a_revoked_key_leaves_one_row(asgi_server, world):
     assert row.details["reason"] == "revoked" and row.actor_id == world.alice.pk
 
 
-def test_one_mcp_run_tests_call_leaves_one_row(asgi_server, world, sandbox_id):
+def test_one_mcp_run_tests_call_leaves_only_the_workflows_rows(asgi_server, world, sandbox_id):
     rows = Rows()
     result = call(
         asgi_server,
@@ -243,5 +243,10 @@ def test_one_mcp_run_tests_call_leaves_one_row(asgi_server, world, sandbox_id):
         {"sandbox_id": sandbox_id, "command": "true", "junit_report": False},
     )
     assert not result.is_error, result.content
-    row = rows.one()
-    assert (row.action, row.outcome, row.target_id) == ("command.tests", "ok", sandbox_id)
+    # The one written with the command's record, and the end that continues it: no row of
+    # the tool's own, none of the steps'.
+    opened, closed = rows.all()
+    for row in (opened, closed):
+        assert (row.action, row.outcome, row.target_id) == ("command.tests", "ok", sandbox_id)
+    assert closed.details["continues"] == opened.pk
+    row = closed

@@ -150,3 +150,39 @@ def test_a_command_whose_row_cannot_be_written_keeps_no_finished_record(
     assert (row.outcome, row.details["status"], row.details["exit_code"]) == ("ok", "succeeded", 0)
     stored = CommandExecution.objects.get(pk=ran.id)
     assert (stored.status, stored.stdout) == ("succeeded", ran.stdout)
+
+
+@pytest.fixture
+def no_ok_rows(monkeypatch):
+    """An audit log that takes refusals and failures but no row of a change that went well."""
+    record = audit.record
+
+    def refuse(*args, **kwargs):
+        if kwargs.get("outcome", "ok") == "ok":
+            raise RuntimeError("the audit log is full")
+        return record(*args, **kwargs)
+
+    monkeypatch.setattr(audit, "record", refuse)
+
+
+def test_a_cancel_whose_row_cannot_be_written_records_no_end(fake_backend, as_alice, request):
+    created = services.create_sandbox(as_alice)
+    started = services.start_background(as_alice, created.id, "sleep 60")
+    request.getfixturevalue("no_ok_rows")
+    with pytest.raises(RuntimeError, match="full"):
+        services.cancel_background(as_alice, created.id, started.id)
+    # The host killed it, but its end was not recorded: the supervisor's next look will.
+    assert CommandExecution.objects.get(pk=started.id).status == "running"
+    assert [r.outcome for r in rows("command.background.cancel")] == ["error"]
+
+
+def test_a_probe_whose_row_cannot_be_written_stores_nothing(fake_backend, docker_host, request):
+    services.probe_host(Principal.system(), docker_host.pk)
+    docker_host.refresh_from_db()
+    probed_at = docker_host.last_probe_at
+    request.getfixturevalue("no_ok_rows")
+    with pytest.raises(RuntimeError, match="full"):
+        services.probe_host(Principal.system(), docker_host.pk)
+    docker_host.refresh_from_db()
+    assert docker_host.last_probe_at == probed_at
+    assert [r.outcome for r in rows("host.probe")] == ["ok", "error"]

@@ -44,10 +44,18 @@ def last_id() -> int:
     return AuditLog.objects.order_by("-id").values_list("id", flat=True).first() or 0
 
 
+def opened_and_closed(start: int) -> tuple[AuditLog, AuditLog]:
+    """A workflow's two rows: the one its first change wrote in its transaction, and the end
+    that continues it (the log is append-only)."""
+    opened, closed = rows_since(start)
+    assert opened.action == closed.action and closed.details["continues"] == opened.pk
+    return opened, closed
+
+
 # --- run_tests -------------------------------------------------------------------------------
 
 
-def test_run_tests_reads_the_report_and_leaves_one_audit_row(sandbox, as_alice):
+def test_run_tests_reads_the_report_and_leaves_its_row_with_the_command(sandbox, as_alice):
     services.write_file(as_alice, sandbox.id, "report.xml", REPORT)
     start = last_id()
     report = workflows.run_tests(as_alice, sandbox.id, "echo ran", report_path="report.xml")
@@ -61,11 +69,11 @@ def test_run_tests_reads_the_report_and_leaves_one_audit_row(sandbox, as_alice):
     ]
     assert report.failures[0].message == "assert 4 == 5"
     assert "assert add(2, 2) == 5" in report.failures[0].details
-    rows = rows_since(start)
-    assert [(r.action, r.outcome, r.target_id) for r in rows] == [
-        ("command.tests", "ok", sandbox.id)
-    ]
-    details = rows[0].details
+    opened, closed = opened_and_closed(start)
+    assert [(r.outcome, r.target_id) for r in (opened, closed)] == [("ok", sandbox.id)] * 2
+    # The command's record and the opening row went in together: it names the command.
+    assert opened.details["command_id"] == result.id and "report_found" not in opened.details
+    details = closed.details
     assert details["command_id"] == result.id and details["report_found"] is True
     assert (details["passed"], details["failed"]) == (1, 1)
 
@@ -107,7 +115,8 @@ def test_a_hostile_or_broken_report_is_refused(sandbox, as_alice):
     start = last_id()
     with pytest.raises(InvalidInput, match="not well-formed"):
         workflows.run_tests(as_alice, sandbox.id, "echo x", report_path="broken.xml")
-    assert [(r.action, r.outcome) for r in rows_since(start)] == [("command.tests", "invalid")]
+    opened, closed = opened_and_closed(start)
+    assert (opened.outcome, closed.outcome) == ("ok", "invalid")  # it ran; its report did not do
 
 
 def test_viewers_may_not_run_tests(sandbox, as_victor):
@@ -127,18 +136,35 @@ def test_junit_counts_at_most_the_first_failures():
 # --- run_once --------------------------------------------------------------------------------
 
 
-def test_run_once_creates_runs_deletes_with_one_audit_row(fake_backend, as_alice):
+def test_run_once_creates_runs_deletes_on_record(fake_backend, as_alice):
     start = last_id()
     once = workflows.run_once(as_alice, "echo hi", files=[UploadFile("in/a.txt", b"x")])
     assert once.deleted and once.result.stdout == "hi\n" and once.result.ok
     assert Sandbox.objects.get(public_id=once.sandbox_id).status == SandboxStatus.DELETED
     assert removal.wait_for_removals()  # the host's part runs after the answer
     assert fake_backend.sandboxes == {}
-    rows = rows_since(start)
-    assert [(r.action, r.outcome, r.target_id) for r in rows] == [
+    opened, closed = opened_and_closed(start)
+    assert [(r.action, r.outcome, r.target_id) for r in (opened, closed)] == [
         ("command.once", "ok", once.sandbox_id)
-    ]
-    assert rows[0].details["deleted"] is True and rows[0].details["command"] == "echo hi"
+    ] * 2
+    assert closed.details["deleted"] is True and closed.details["command"] == "echo hi"
+
+
+def test_a_workflow_that_dies_midway_left_the_row_of_its_first_change(fake_backend, as_alice):
+    class Died(BaseException):  # a worker killed: nothing after this point runs
+        pass
+
+    def die(*args, **kwargs):
+        raise Died
+
+    start = last_id()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(workflows, "delete_soon", die)
+        with pytest.raises(Died):
+            workflows.run_once(as_alice, "echo hi")
+    (opened,) = rows_since(start)
+    created = Sandbox.objects.get(public_id=opened.target_id)  # the sandbox it made is named
+    assert (opened.action, opened.outcome, created.status) == ("command.once", "ok", "running")
 
 
 def test_run_once_leaves_a_removal_the_host_refuses_to_reconciliation(
@@ -157,7 +183,7 @@ def test_run_once_leaves_a_removal_the_host_refuses_to_reconciliation(
     # Still on the host, belonging to a deleted sandbox: an orphan for reconciliation.
     assert len(fake_backend.sandboxes) == 1
     assert "reconciliation will" in caplog.text and "engine says no" in caplog.text
-    (row,) = rows_since(start)
+    _, row = opened_and_closed(start)
     assert row.outcome == "ok" and row.details["deleted"] is True
 
 
@@ -169,7 +195,7 @@ def test_run_once_says_when_the_sandbox_could_not_be_deleted(fake_backend, as_al
     start = last_id()
     once = workflows.run_once(as_alice, "echo hi")
     assert not once.deleted and once.result.stdout == "hi\n"
-    (row,) = rows_since(start)
+    _, row = opened_and_closed(start)
     assert row.outcome == "ok" and "not found" in row.details["delete_error"]
 
 

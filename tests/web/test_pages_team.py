@@ -156,10 +156,15 @@ def test_audit_log_shows_my_team_and_filters(login, alice, as_alice, as_bob, bob
     assert "No audit rows match" in by_channel
     by_actor = client.get("/team/audit/?actor=mallory").content.decode()
     assert "No audit rows match" in by_actor
+    views = client.get("/team/audit/?kind=view").content.decode()
+    assert "<code>audit.list</code>" in views and "<code>sandbox.create</code>" not in views
+    changes = client.get("/team/audit/?kind=change").content.decode()
+    assert "<code>sandbox.create</code>" in changes and "<code>audit.list</code>" not in changes
+    assert client.get("/team/audit/?kind=everything").status_code == 400
     future = (timezone.now() + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M")
     assert "No audit rows match" in client.get(f"/team/audit/?since={future}").content.decode()
     # Reading the log is itself on record.
-    assert AuditLog.objects.filter(action="audit.list", actor=alice).count() == 5
+    assert AuditLog.objects.filter(action="audit.list", actor=alice).count() == 8
 
 
 def test_audit_log_time_filter_in_the_readers_timezone(login, alice, as_alice, fake_backend):

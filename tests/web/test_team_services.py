@@ -128,6 +128,21 @@ def test_audit_log_team_only_and_filters(as_alice, as_bob, as_victor, fake_backe
     assert team.team_audit_log(as_alice, channel="web").exists()
     with pytest.raises(InvalidInput, match="unknown channel"):
         team.team_audit_log(as_alice, channel="fax")
+    with pytest.raises(InvalidInput, match="unknown kind"):
+        team.team_audit_log(as_alice, kind="everything")
+
+
+def test_audit_log_filters_by_kind(as_alice, fake_backend):
+    created = services.create_sandbox(as_alice)
+    services.write_file(as_alice, created.id, "/workspace/a.txt", "hi")
+    services.read_file(as_alice, created.id, "/workspace/a.txt")
+    reads = team.team_audit_log(as_alice, kind="read")
+    assert list(reads.values_list("action", flat=True)) == ["files.read"]
+    changes = set(team.team_audit_log(as_alice, kind="change").values_list("action", flat=True))
+    assert changes == {"sandbox.create", "files.write"}
+
+
+def test_only_managers_read_the_audit_log(as_victor):
     with pytest.raises(PermissionDenied):
         team.team_audit_log(as_victor)
 

@@ -15,8 +15,7 @@ connection to the host's engine):
 - plain:      the engine exec, the one primitive of the per-command path (fallback/: where
               the agent is off, or the image has no python3 to run it);
 - stream:     an exec's hijacked connection, its frames taken apart;
-- files:      tar archives in and out;
-- sync:       a tar of chosen entries (the local client);
+- files:      tar archives in and out, and of chosen entries (the local client's sync);
 - probe:      health and committed load of the host, GPU use;
 - pool:       warm-pool members and their claim.
 
@@ -43,7 +42,6 @@ from hosts.backends.base import (
     SandboxSpec,
     Unsupported,
 )
-from hosts.backends.docker import sync
 from hosts.backends.docker.agent import DockerAgentPlace
 from hosts.backends.docker.containers import Containers
 from hosts.backends.docker.disk import DEFAULT_DISK_MB
@@ -118,7 +116,7 @@ class DockerBackend(AgentFirstBackend):
         return self.files.get_files(state, path)
 
     def get_entries(self, state: dict[str, Any], root: str, paths: list[str]) -> Iterator[bytes]:
-        return sync.get_entries(self.files, state, root, paths)
+        return self.files.get_entries(state, root, paths)
 
     def open_port_without_agent(
         self, state: dict[str, Any], port: int, timeout: float, why: AgentUnavailable

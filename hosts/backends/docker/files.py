@@ -9,23 +9,22 @@ runs inside the sandbox as the sandbox user, on an exec stream of its own:
 - downloads: `tar -c` streams out; the stream is closed as soon as the reader stops (the tar
   dies on its next write), and its end says whether everything could be read;
 - uploads: `tar -x` reads exactly the archive's size from stdin (archives.py), in the same
-  exec as the checks that come first: a symbolic link among the directories the archive
-  writes into is refused, neither followed (it may point anywhere the sandbox user can
-  write, /tmp, the home) nor replaced by a directory (the user's link would silently
-  disappear).
+  exec as the checks that come first (archives.UPLOAD_CHECKS: no symbolic link among the
+  directories the archive writes into).
 
 This also reaches the tmpfs mounts (/tmp, the home), which the engine cannot see (moby#22020).
 """
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
-import re
+import threading
 import time
 from collections.abc import Iterator
 from typing import IO, Any
 
-from hosts.backends import archives
+from hosts.backends import archives, syncscripts, tarstream
 from hosts.backends.base import BackendError, HeadTailBuffer
 from hosts.backends.docker.engine import Engine
 from hosts.backends.docker.names import WORKSPACE, container_ref
@@ -33,65 +32,24 @@ from hosts.backends.docker.plain import exit_code, open_exec
 from hosts.backends.docker.stream import Deadline, ExecStream
 from hosts.backends.fallback.commands import INTERNAL_TIMEOUT, PlainCommands
 
-_LINK_EXIT = 45  # what _PREPARE exits with for a link (or a file) where a directory goes
 # Our scripts' tools, whatever PATH the sandbox's environment sets.
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
 
-_TAR = archives.TAR_CREATE
-
-# The checks before anything is written: DEST's components below /workspace, then each DIR
-# (relative to DEST, parents first) must be a directory or not exist yet; then DEST is made.
-# `refuse` is what a check calls (exit _LINK_EXIT); `$dest` and the DIRs are set by the caller.
-_CHECKS = r"""
-check() {
-    if [ -L "$1" ]; then
-        refuse "$1 is a symbolic link: uploads neither follow links nor replace them;" \
-            "upload to the directory it points to, or remove the link first"
-    fi
-    if [ -e "$1" ] && [ ! -d "$1" ]; then refuse "$1 exists and is not a directory"; fi
-}
-p=/workspace
-set -f; IFS=/
-for part in ${dest#/workspace}; do
-    [ -n "$part" ] && p=$p/$part && check "$p"
-done
-set +f; unset IFS
-mkdir -p -- "$dest" || fail
-[ -w "$dest" ] || fail "$dest is not writable by the sandbox user"
-for d in "$@"; do check "$dest/$d"; done
-"""
-
-# sh -c _PREPARE sandhub-prepare DEST DIR...: the checks alone (an archive with more
-# directories than one command line holds: they go in batches before _EXTRACT).
-_PREPARE = (
-    r"""
-dest=$1; shift
-refuse() { echo "$@" >&2; exit 45; }
-fail() { [ -n "$1" ] && echo "$1" >&2; exit 1; }
-"""
-    + _CHECKS
-)
-
-# sh -c _EXTRACT sandhub-untar DEST SIZE DIR...: the checks, then SIZE bytes of archive read
-# from stdin into tar -x; one exec for both (an engine exec costs tens of milliseconds). A
-# refusal reads the archive to its end first (nothing is written), so the sender never waits
-# on a full pipe: it exits _LINK_EXIT, or _CHECK_FAILED when DEST cannot be made. tar's
-# output (the last of it) comes at the end, on stderr, so nothing waits to be read while we
-# send.
+# sh -c _EXTRACT sandhub-untar ROOT DEST SIZE DIR...: the upload checks, then SIZE bytes of
+# archive read from stdin into tar -x; one exec for both (an engine exec costs tens of
+# milliseconds). A refusal reads the archive to its end first (nothing is written), so the
+# sender never waits on a full pipe: it exits LINK_EXIT, or CHECK_FAILED when DEST cannot be
+# made. An archive with more directories than one command line holds has them checked in
+# batches beforehand (archives.UPLOAD_PREPARE), none here.
 _EXTRACT = (
     r"""
-dest=$1 size=$2; shift 2
+root=$1 dest=$2 size=$3; shift 3
 refuse() { echo "$@" >&2; head -c "$size" >/dev/null; exit 45; }
 fail() { [ -n "$1" ] && echo "$1" >&2; head -c "$size" >/dev/null; exit 46; }
 """
-    + _CHECKS
-    + r"""
-{ head -c "$size" | tar -x -p --no-same-owner --no-overwrite-dir -C "$dest" -f - 2>&1
-  echo "sandhub-untar $?"; } | tail -c 16384 >&2
-"""
+    + archives.UPLOAD_CHECKS
+    + archives.untar(reader='head -c "$size" | ')
 )
-_EXTRACT_STATUS = re.compile(r"sandhub-untar (\d+)\s*$")
-_CHECK_FAILED = 46  # what _EXTRACT exits with when DEST cannot be made or written
 
 
 class Files:
@@ -114,24 +72,20 @@ class Files:
         if dest_dir != WORKSPACE and not dest_dir.startswith(WORKSPACE + "/"):
             # Everything else writable in a sandbox is scratch (tmpfs): not where files go.
             raise BackendError(f"files can only be uploaded under {WORKSPACE}, not into {dest_dir}")
-        source, planned, owned = archives.planned(archive)
-        try:
+        with archives.planned(archive) as (source, planned):
             batches = archives.batches(planned.directories)
             if len(batches) > 1:  # more than one command line holds: checked beforehand
                 self._prepare(state, dest_dir, batches)
                 batches = []
             self._extract(container, dest_dir, source, planned, batches[0] if batches else [])
-        finally:
-            if owned:
-                source.close()
 
     def _prepare(self, state: dict[str, Any], dest_dir: str, batches: list[list[str]]) -> None:
         for batch in batches:
-            done = self.plain.script(state, _PREPARE, "sandhub-prepare", dest_dir, *batch)
-            if done.exit_code == _LINK_EXIT:
-                raise NotADirectoryError(done.stderr)
-            if done.exit_code != 0:
-                raise BackendError(f"cannot create directory {dest_dir}: {done.stderr}")
+            args = (WORKSPACE, dest_dir, *batch)
+            done = self.plain.script(state, archives.UPLOAD_PREPARE, "sandhub-prepare", *args)
+            failure = archives.checks_failure(dest_dir, done.exit_code, done.stderr)
+            if failure is not None:
+                raise failure
 
     def _extract(
         self,
@@ -141,18 +95,16 @@ class Files:
         planned: archives.Plan,
         directories: list[str],
     ) -> None:
-        total = str(planned.total)
-        command = ["sh", "-c", _EXTRACT, "sandhub-untar", dest_dir, total, *directories]
-        exec_id, stream = self._start(container, command, stdin=True)
+        argv = ["sh", "-c", _EXTRACT, "sandhub-untar", WORKSPACE, dest_dir, str(planned.total)]
+        exec_id, stream = self._start(container, [*argv, *directories], stdin=True)
         said = HeadTailBuffer(16 * 1024)
         sent = 0
         try:
             # The engine's hijacked connection: written directly, read through ExecStream.
-            channel = getattr(stream.sock, "_sock", stream.sock)
             try:
                 for chunk in archives.chunks(source, planned):
-                    channel.settimeout(INTERNAL_TIMEOUT)
-                    channel.sendall(chunk)
+                    stream.timed.settimeout(INTERNAL_TIMEOUT)
+                    stream.timed.sendall(chunk)
                     sent += len(chunk)
             except OSError:
                 pass  # it stopped reading: what it says below tells why
@@ -165,40 +117,37 @@ class Files:
         finally:
             stream.close()
         code = exit_code(self.engine, exec_id)
-        output = said.getvalue().decode("utf-8", "replace").strip()
-        status = _EXTRACT_STATUS.search(output)
-        if code == 0 and status and status.group(1) == "0" and sent == planned.total:
-            return
-        message = _EXTRACT_STATUS.sub("", output).strip() or f"exit code {code}"
-        if code == _LINK_EXIT:
-            raise NotADirectoryError(message)
-        if code == _CHECK_FAILED:
-            raise BackendError(f"cannot create directory {dest_dir}: {message}")
-        # What the sandbox user may not do there is the caller's to fix, not the host's.
-        if "Permission denied" in message:
-            raise PermissionError(message)
-        if "Is a directory" in message or "File exists" in message:
-            raise FileExistsError(message)  # a file where a directory is, or the reverse
-        raise BackendError(f"unpacking into {dest_dir} failed: {message}")
+        failure = archives.untar_failure(
+            dest_dir, code, said.getvalue(), sent=sent == planned.total
+        )
+        if failure is not None:
+            raise failure
 
     def get_files(self, state: dict[str, Any], path: str) -> Iterator[bytes]:
-        """A tar of path as the sandbox user reads it, streamed; close() it when done.
-
-        Started here, so FileNotFoundError (missing) and PermissionError (unreadable) are
-        raised by this call rather than mid-stream. The stream raises BackendError at its end
-        if tar could not read everything (PermissionError for unreadable files inside).
-        """
-        container = container_ref(state)
+        """A tar of path as the sandbox user reads it, streamed; close() it when done
+        (tarstream.py: what it raises, and when)."""
         parent, name = posixpath.split(path.rstrip("/") or "/")
-        command = ["sh", "-c", _TAR, "sandhub-tar", path, parent or "/", name or "."]
-        exec_id, stream = self._start(container, command, stdin=False)
-        tar = TarStream(self, exec_id, stream, path)
-        try:
-            tar.begin()
-        except BaseException:
-            tar.close()
-            raise
-        return tar
+        argv = ["sh", "-c", archives.TAR_CREATE, "sandhub-tar", path, parent or "/", name or "."]
+        return self._stream(state, argv, path)
+
+    def get_entries(self, state: dict[str, Any], root: str, paths: list[str]) -> Iterator[bytes]:
+        """A tar of chosen entries under root (the local client's sync downloads): `tar
+        --null -T -` with the names on its stdin, never on a command line or through a
+        shell's parsing. The manifest and deletions are agentfirst.py's, for every kind."""
+        names = syncscripts.names_blob(paths)
+        argv = ["sh", "-c", syncscripts.TAR_LIST, "sandhub-tar", root, str(len(names))]
+        return self._stream(state, argv, root, names)
+
+    def _stream(
+        self, state: dict[str, Any], argv: list[str], path: str, names: bytes | None = None
+    ) -> Iterator[bytes]:
+        """The stdout of a tar command as a started TarStream; `names` (its stdin) are sent
+        from a thread of their own while the archive is read: tar takes them as it goes, so
+        with both sides waiting on full buffers a send in line could hang."""
+        exec_id, stream = self._start(container_ref(state), argv, stdin=names is not None)
+        if names is not None:
+            threading.Thread(target=_send, args=(stream.timed, names), daemon=True).start()
+        return tarstream.TarStream(_ExecTar(self.engine, exec_id, stream, path), path)
 
     def _start(self, container: str, command: list[str], *, stdin: bool) -> tuple[str, ExecStream]:
         return open_exec(
@@ -206,55 +155,36 @@ class Files:
         )
 
 
-class TarStream(Iterator[bytes]):
-    """The stdout of a `tar -c` exec as chunks; close() ends it (and the tar) at once."""
+class _ExecTar:
+    """A tar's engine exec as a tarstream.TarSource: its frames, then its exit code."""
 
-    def __init__(self, files: Files, exec_id: str, stream: ExecStream, path: str) -> None:
-        self._files, self._exec_id, self._stream, self._path = files, exec_id, stream, path
+    def __init__(self, engine: Engine, exec_id: str, stream: ExecStream, path: str) -> None:
+        self._engine, self._exec_id, self._stream, self._path = engine, exec_id, stream, path
         self._frames = stream.frames(lambda: time.monotonic() + INTERNAL_TIMEOUT)
-        self._errors = HeadTailBuffer(4096)
-        self._first: bytes | None = None
-        self._done = False
 
-    def begin(self) -> None:
-        """Read up to the first bytes of the archive, or the end if there are none."""
-        self._first = self._read()
-
-    def __next__(self) -> bytes:
-        if self._first is not None:
-            first, self._first = self._first, None
-            return first
-        if self._done:
-            raise StopIteration
-        chunk = self._read()
-        if chunk is None:
-            raise StopIteration
-        return chunk
-
-    def _read(self) -> bytes | None:
-        """The next stdout chunk; at the end, None (or the error tar ended with)."""
+    def read(self, errors: HeadTailBuffer) -> bytes | None:
         try:
             for kind, chunk in self._frames:
                 if kind == 1:
                     return chunk
-                self._errors.write(chunk)
+                errors.write(chunk)
         except Deadline as exc:
-            self.close()
             raise BackendError(f"reading {self._path} stalled") from exc
         except OSError as exc:
-            self.close()
             raise BackendError(f"reading {self._path} failed: {exc}") from exc
-        self.close()
-        self._finish()
         return None
 
-    def _finish(self) -> None:
-        code = exit_code(self._files.engine, self._exec_id)
-        message = self._errors.getvalue().decode("utf-8", "replace").strip()
-        if (failure := archives.tar_failure(self._path, code, message)) is not None:
-            raise failure
+    def finish(self) -> int | None:
+        self._stream.close()
+        return exit_code(self._engine, self._exec_id)
 
     def close(self) -> None:
-        self._done = True
-        self._first = None
         self._stream.close()
+
+
+def _send(channel: Any, data: bytes) -> None:
+    """All of data, or nothing more once the stream is closed or stalls (tar then says
+    what it missed at the stream's end)."""
+    with contextlib.suppress(OSError):
+        channel.settimeout(INTERNAL_TIMEOUT)
+        channel.sendall(data)

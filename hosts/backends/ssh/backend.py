@@ -7,8 +7,8 @@ kind) composed of the pieces of this package, as DockerBackend composes its own:
   Unix user where the login user may `sudo -n`;
 - agent / tarstreams: the sandbox agent on an SSH channel (agent/link.py and agent/jobs.py
   do the rest, for every kind), run as the sandbox's
-  user, for commands, files and background jobs; tar streams for uploads and downloads;
-- sync: a tree's manifest, deletions and a tar of chosen entries (the local client);
+  user, for commands, files and background jobs; tar streams for uploads and downloads,
+  and of chosen entries (the local client's sync);
 - plain: an exec channel, the one primitive of the per-command path (fallback/) where the
   login user has no usable python3 (the agent is unavailable);
 - ports: port streams (previews) without the agent: a direct-tcpip channel, on a host
@@ -41,7 +41,7 @@ from hosts.backends.base import (
 )
 from hosts.backends.fallback.commands import PlainCommands
 from hosts.backends.fallback.jobs import PlainJobs
-from hosts.backends.ssh import hostkeys, hostprobe, layout, ports, provision, sync
+from hosts.backends.ssh import hostkeys, hostprobe, layout, ports, provision
 from hosts.backends.ssh.agent import MAX_AGENTS, SshAgentPlace
 from hosts.backends.ssh.connection import SshConnection, SshTarget
 from hosts.backends.ssh.hostprobe import HostFacts
@@ -159,7 +159,7 @@ class SshBackend(AgentFirstBackend):
         return self.tars.get_files(state, path)
 
     def get_entries(self, state: dict[str, Any], root: str, paths: list[str]) -> Iterator[bytes]:
-        return sync.get_entries(self.tars, state, root, paths)
+        return self.tars.get_entries(state, root, paths)
 
     # --- ports -------------------------------------------------------------------------------
     def open_port_without_agent(

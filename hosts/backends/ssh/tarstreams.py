@@ -5,83 +5,55 @@ sandbox (layout.as_sandbox: its user, its limits), so it reads and writes nothin
 user could not. Memory stays bounded both ways: an upload is sent SEND_BYTES at a time
 (archives.py), a download is handed on as paramiko receives it (its window bounds what is
 buffered). The channel is closed on every path: the end, an error, a consumer that stops
-reading (TarStream.close).
+reading (tarstream.TarStream.close).
 
 - uploads: the archive is checked first (archives.plan, or the plan a caller made while
   reading its headers: no absolute or `..` names, only files, directories and links); the
-  directories it writes into are checked on the host (a symbolic link among them is
-  refused: neither followed nor replaced, as on Docker); then `tar -x` reads the archive
-  from the channel, and its messages come at the end, so nothing waits to be read while we
-  send;
+  directories it writes into are checked on the host (archives.UPLOAD_CHECKS, as on
+  Docker); then `tar -x` reads the archive from the channel, to its end of file;
 - downloads: `tar -c` of the path's last component from its parent directory (the members are
-  named after it, as on Docker); FileNotFoundError and PermissionError are raised by the call
-  itself (the first chunk is read there), errors while reading at the stream's end.
+  named after it, as on Docker), as a tarstream.TarStream; so is a tar of chosen entries.
 """
 
 from __future__ import annotations
 
 import contextlib
 import posixpath
-import re
 import select
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 import paramiko
 
-from hosts.backends import archives
+from hosts.backends import archives, syncscripts, tarstream
 from hosts.backends.agent.client import AgentUnavailable
 from hosts.backends.agent.link import AgentLink
 from hosts.backends.base import BackendError, HeadTailBuffer
 from hosts.backends.ssh import layout
 from hosts.backends.ssh.connection import SshConnection
 from hosts.backends.ssh.errors import SshConnectionLost, SshError
+from hosts.backends.ssh.plain import feed
 from hosts.backends.ssh.transport import exit_status, read_ready
 
-__all__ = ["SshTars", "TarStream"]
+__all__ = ["SshTars"]
 
 TRANSFER_TIMEOUT = 60.0  # longest a transfer may stall (no byte either way)
-_MISSING_EXIT = 44  # what _TAR and _PREPARE exit with for "no such path"
-_LINK_EXIT = 45  # what _PREPARE exits with for a link (or a file) where a directory goes
+_MISSING_EXIT = 44  # what _PREPARE exits with when the workspace is not there
 
-_TAR = archives.TAR_CREATE
-
-# sh -c _PREPARE sandhub WORKSPACE DEST DIR...: DEST's components below WORKSPACE, then each
-# DIR (relative to DEST, parents first) must be a directory or not exist yet.
-_PREPARE = r"""
-root=$1 dest=$2; shift 2
-check() {
-    if [ -L "$1" ]; then
-        echo "$2 is a symbolic link: uploads neither follow links nor replace them;" \
-            "upload to the directory it points to, or remove the link first" >&2
-        exit 45
-    fi
-    if [ -e "$1" ] && [ ! -d "$1" ]; then echo "$2 exists and is not a directory" >&2; exit 45; fi
-}
-[ -d "$root" ] || { echo "the workspace $root is missing" >&2; exit 44; }
-p=$root
-set -f; IFS=/
-for part in ${dest#"$root"}; do
-    [ -n "$part" ] && p=$p/$part && check "$p" "/workspace${p#"$root"}"
-done
-set +f; unset IFS
-mkdir -p -- "$dest" || exit 1
-[ -w "$dest" ] || { echo "$dest is not writable by the sandbox user" >&2; exit 1; }
-for d in "$@"; do check "$dest/$d" "/workspace${dest#"$root"}/$d"; done
+# sh -c _PREPARE sandhub WORKSPACE DEST DIR...: the upload checks (archives.UPLOAD_PREPARE),
+# once the workspace is known to be there (_MISSING_EXIT: the sandbox may be gone).
+_PREPARE = (
+    r"""
+[ -d "$1" ] || { echo "the workspace $1 is missing" >&2; exit 44; }
 """
-
-# sh -c _EXTRACT sandhub-untar DEST: the archive comes on stdin, to its end of file. All
-# output (the last of it) comes at the end, on stderr, so nothing waits to be read while we
-# send.
-_EXTRACT = r"""
-{ tar -x -p --no-same-owner --no-overwrite-dir -C "$1" -f - 2>&1
-  echo "sandhub-untar $?"; } | tail -c 16384 >&2
-"""
-_EXTRACT_STATUS = re.compile(r"sandhub-untar (\d+)\s*$")
+    + archives.UPLOAD_PREPARE
+)
+# sh -c _EXTRACT sandhub-untar DEST: the archive comes on stdin, to its end of file.
+_EXTRACT = "dest=$1\n" + archives.untar()
 
 
 class SshTars:
-    """put_files / get_files of one host's sandboxes."""
+    """put_files / get_files / get_entries of one host's sandboxes."""
 
     def __init__(self, link: AgentLink, connect: Callable[[], SshConnection]) -> None:
         self.link = link
@@ -101,26 +73,20 @@ class SshTars:
                 f"files can only be uploaded under {layout.WORKSPACE}, not into {dest_dir}"
             )
         host_dest = layout.host_path(state, dest)
-        source, planned, owned = archives.planned(archive)
-        try:
+        with archives.planned(archive) as (source, planned):
             self._prepare(state, host_dest, planned.directories)
             self._extract(state, host_dest, source, planned)
-        finally:
-            if owned:
-                source.close()
 
     def _prepare(self, state: dict[str, Any], host_dest: str, directories: list[str]) -> None:
         if host_dest == state["workspace"] and not directories:
             return  # the workspace itself: tar -x says it if it is gone
         for batch in archives.batches(directories) or [[]]:
             code, stderr = self._script(state, _PREPARE, str(state["workspace"]), host_dest, *batch)
-            message = stderr.decode("utf-8", "replace").strip()
-            if code == _LINK_EXIT:
-                raise NotADirectoryError(message)
             if code == _MISSING_EXIT:
                 self.link.check_gone(state)
-            if code != 0:
-                raise BackendError(f"cannot create directory {host_dest}: {message}")
+            message = stderr.decode("utf-8", "replace").strip()
+            if (failure := archives.checks_failure(host_dest, code, message)) is not None:
+                raise failure
 
     def _script(self, state: dict[str, Any], script: str, *args: str) -> tuple[int | None, bytes]:
         """(exit code, stderr) of a helper script as the sandbox user: through its agent, or
@@ -154,34 +120,43 @@ class SshTars:
             code = exit_status(channel, wait=TRANSFER_TIMEOUT)
         finally:
             channel.close()
-        output = said.getvalue().decode("utf-8", "replace").strip()
-        status = _EXTRACT_STATUS.search(output)
-        if code == 0 and status and status.group(1) == "0":
-            return
-        _check_link(connection)
-        self.link.check_gone(state)
-        message = _EXTRACT_STATUS.sub("", output).strip() or f"exit status {code}"
-        # What the sandbox user may not do there is the caller's to fix, not the host's.
-        if "Permission denied" in message:
-            raise PermissionError(message)
-        if "Is a directory" in message or "File exists" in message:
-            raise FileExistsError(message)  # a file where a directory is, or the reverse
-        raise BackendError(f"unpacking into {host_dest} failed: {message}")
+        failure = archives.untar_failure(host_dest, code, said.getvalue())
+        if failure is not None:
+            _check_link(connection)
+            self.link.check_gone(state)
+            raise failure
 
     # --- downloads -----------------------------------------------------------------------------
     def get_files(self, state: dict[str, Any], path: str) -> Iterator[bytes]:
         """A tar of path as the sandbox user reads it, streamed; close() it when done."""
         host = layout.host_path(state, path)
         parent, name = posixpath.split(host.rstrip("/") or "/")
-        argv = ["sh", "-c", _TAR, "sandhub-tar", path, parent or "/", name or "."]
+        argv = ["sh", "-c", archives.TAR_CREATE, "sandhub-tar", path, parent or "/", name or "."]
+        return self._stream(state, argv, path)
+
+    def get_entries(self, state: dict[str, Any], root: str, paths: list[str]) -> Iterator[bytes]:
+        """A tar of chosen entries under root (the local client's sync downloads): `tar
+        --null -T -` with the names on its stdin, never on a command line. root is a sandbox
+        path (/workspace/...), mapped to the host's directory; entries are relative, so
+        nothing maps back. The manifest and deletions are agentfirst.py's, for every kind."""
+        names = syncscripts.names_blob(paths)
+        host_root = layout.host_path(state, root)
+        argv = ["sh", "-c", syncscripts.TAR_LIST, "sandhub-tar", host_root, str(len(names))]
+        return self._stream(state, argv, root, names)
+
+    def _stream(
+        self, state: dict[str, Any], argv: list[str], path: str, names: bytes | None = None
+    ) -> Iterator[bytes]:
+        """A tar command's stdout as a started TarStream; `names` go to its stdin (from a
+        thread when large: tar takes the names as it goes)."""
         connection, channel = self._open(layout.as_sandbox(state, argv))
-        tar = TarStream(channel, path, connection)
+        if names is not None:
+            feed(channel, names)
         try:
-            tar.begin()
+            return tarstream.TarStream(_ChannelTar(channel, connection), path)
         except FileNotFoundError:
             self.link.check_gone(state)
             raise
-        return tar
 
     def _open(self, command: str) -> tuple[SshConnection, paramiko.Channel]:
         connection = self.connect()
@@ -195,63 +170,33 @@ class SshTars:
         return connection, channel
 
 
-class TarStream(Iterator[bytes]):
-    """The stdout of a `tar -c` channel as chunks; close() ends it (and the tar) at once."""
+class _ChannelTar:
+    """A tar's channel as a tarstream.TarSource: its output, then its exit status."""
 
-    def __init__(self, channel: paramiko.Channel, path: str, connection: SshConnection) -> None:
-        self._channel, self._path, self._connection = channel, path, connection
+    def __init__(self, channel: paramiko.Channel, connection: SshConnection) -> None:
+        self._channel, self._connection = channel, connection
         self._poller = select.poll()
         self._poller.register(channel.fileno(), select.POLLIN)
-        self._errors = HeadTailBuffer(4096)
-        self._first: bytes | None = None
-        self._done = False
 
-    def begin(self) -> None:
-        """Read up to the first bytes of the archive, or the end if there are none."""
-        try:
-            self._first = self._read()
-        except BaseException:
-            self.close()
-            raise
-
-    def __next__(self) -> bytes:
-        if self._first is not None:
-            first, self._first = self._first, None
-            return first
-        if self._done:
-            raise StopIteration
-        chunk = self._read()
-        if chunk is None:
-            raise StopIteration
-        return chunk
-
-    def _read(self) -> bytes | None:
-        """The next stdout chunk; at the end, None (or the error tar ended with)."""
+    def read(self, errors: HeadTailBuffer) -> bytes | None:
         chunk = bytearray()
         try:
-            while not chunk and _pump(self._channel, self._poller, chunk, self._errors):
+            while not chunk and _pump(self._channel, self._poller, chunk, errors):
                 pass
         except BaseException:
             self.close()
             _check_link(self._connection)
             raise
-        if chunk:
-            return bytes(chunk)
+        return bytes(chunk) if chunk else None
+
+    def finish(self) -> int | None:
         code = exit_status(self._channel, wait=TRANSFER_TIMEOUT)
         self.close()
         if code is None:
             _check_link(self._connection)
-        self._finish(code)
-        return None
-
-    def _finish(self, code: int | None) -> None:
-        message = self._errors.getvalue().decode("utf-8", "replace").strip()
-        if (failure := archives.tar_failure(self._path, code, message)) is not None:
-            raise failure
+        return code
 
     def close(self) -> None:
-        self._done = True
-        self._first = None
         with contextlib.suppress(Exception):
             self._channel.close()
 
