@@ -112,8 +112,9 @@ def ssh_sandbox(
 
 
 def on_host(sandbox_id: str, path: str = "proj") -> Path:
-    """Where the sandbox's /workspace/<path> is on the host (this machine)."""
-    return Path(Sandbox.objects.get(public_id=sandbox_id).backend_state["workspace"], path)
+    """Where the sandbox's /workspace/<path> is on the host (this machine): in its directory
+    (an isolated sandbox calls its workspace /workspace itself)."""
+    return Path(Sandbox.objects.get(public_id=sandbox_id).backend_state["dir"], "workspace", path)
 
 
 def uploads(sandbox_id: str) -> list[AuditLog]:

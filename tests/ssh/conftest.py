@@ -15,6 +15,7 @@ here that needs one; `make test-fast` leaves them out.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pwd
 import secrets
@@ -81,10 +82,12 @@ def make_sandbox(
     made: list[dict[str, Any]] = []
     target = sshd.target()
 
-    def make(*, own_user: bool = False) -> dict[str, Any]:
-        if own_user:
+    def make(*, own_user: bool = False, isolated: bool = False, **changes: Any) -> dict[str, Any]:
+        """own_user: a user of its own (sudo), without isolation.py's namespaces unless
+        isolated (then the facts are the real probe's: this machine can isolate)."""
+        if own_user or isolated:
             request.getfixturevalue("sudo_for_test_user")
-        facts = HostFacts(
+        facts = host_facts(conns.get(target)) if isolated else HostFacts(
             login_user=sshd.username,
             uid=pwd.getpwnam(sshd.username).pw_uid,
             sudo=own_user,
@@ -101,6 +104,7 @@ def make_sandbox(
             network=True,
             env={"SANDBOX_VAR": "from-the-sandbox"},
         )
+        spec = dataclasses.replace(spec, **changes)
         state = provision(conns.get(target), facts, spec, base_dir, "sandhub-agent-test")
         made.append(state)
         return state
@@ -143,8 +147,18 @@ def _login(server: Sshd, user: str) -> Iterator[tuple[SshConnection, HostFacts]]
 
 
 @pytest.fixture(scope="module")
-def sudo(server: Sshd) -> Iterator[tuple[SshConnection, HostFacts]]:
-    yield from _login(server, SUDO_USER)  # may sudo: sandboxes get users of their own
+def sudo_isolated(server: Sshd) -> Iterator[tuple[SshConnection, HostFacts]]:
+    """May sudo, with this machine's real facts: sandboxes get users of their own and
+    isolation.py's namespaces, cgroups and disks."""
+    yield from _login(server, SUDO_USER)
+
+
+@pytest.fixture(scope="module")
+def sudo(sudo_isolated: tuple[SshConnection, HostFacts]) -> tuple[SshConnection, HostFacts]:
+    """May sudo, as on a host without bubblewrap: users of their own, no namespaces (a host
+    that is then offered only to the team it is private to)."""
+    conn, facts = sudo_isolated
+    return conn, dataclasses.replace(facts, tools=tuple(t for t in facts.tools if t != "bwrap"))
 
 
 @pytest.fixture(scope="module")

@@ -20,8 +20,8 @@ from tests.ssh.logins import PLAIN_USER, run_here
 pytestmark = pytest.mark.sshd
 
 
-def test_probe_with_sudo_and_gpus(sudo, base):
-    sudo_conn, sudo_facts = sudo
+def test_probe_with_sudo_and_gpus(sudo_isolated, base):
+    sudo_conn, sudo_facts = sudo_isolated
     provision(sudo_conn, sudo_facts, spec(), base, INSTANCE)
     result, took = timed(probe, sudo_conn, base_dir=base)
     assert result.healthy, result.error

@@ -99,7 +99,7 @@ def untouched(sandbox_id: str, before: tuple[int, int]) -> None:
     """Nothing made or run, the sandbox as it was, nothing of team B's in its workspace."""
     assert counts() == before
     assert Sandbox.objects.get(public_id=sandbox_id).status == "running"
-    assert not any(Path(state_of(sandbox_id)["workspace"]).glob("b*"))
+    assert not any(Path(state_of(sandbox_id)["dir"], "workspace").glob("b*"))
 
 
 # -- MCP and REST ------------------------------------------------------------------------------
@@ -146,7 +146,8 @@ def test_an_ssh_sandbox_through_mcp(asgi_server, ssh_world, shared_host):
                 call = client.call_tool
                 out["ran"] = (await call("run_command", {**sid, "command": command})).data
                 out["up"] = (await call("upload_files", {**sid, "files": files})).data
-                landed = Path(out["state"]["workspace"], "proj/hello.txt")  # on the host
+                # On the host: the workspace's directory (an isolated sandbox calls it /workspace).
+                landed = Path(out["state"]["dir"], "workspace", "proj/hello.txt")
                 out["on_disk"] = await asyncio.to_thread(landed.read_text)
                 out["read"] = (await call("read_file", {**sid, "path": "proj/hello.txt"})).data
                 job = (await call("start_background", {**sid, "command": script})).data

@@ -37,7 +37,16 @@ def test_layout_paths_users_and_command_lines():
     assert line[:12] == ["sudo", "-n", "-u", "sbx-abc123", "--", "prlimit", "--nproc=64",
                          f"--as={256 * 1024 * 1024}", "--", "env", "-i", "--"]  # fmt: skip
     assert line[-3:] == ["python3", "-c", "x"] and "HOME=/nope" not in line
-    assert {"A=1", "B=2", f"HOME={WS}", "SANDHUB_SANDBOX_ID=sb_abc123"} <= set(line)
+    # The sandbox's own variables (A) only where asked for: the per-command path needs them,
+    # the agent gets them over its stdin with each call (never in an argv).
+    assert {"B=2", f"HOME={WS}", "SANDHUB_SANDBOX_ID=sb_abc123"} <= set(line)
+    assert "A=1" not in line
+    own = shlex.split(layout.as_sandbox(STATE, ["true"], env={"B": "2"}, own_env=True))
+    assert {"A=1", "B=2"} <= set(own)
+    isolated = {**STATE, "isolated": True, "uid": 1234, "gid": 1234}
+    entered = shlex.split(layout.as_sandbox(isolated, ["true"]))
+    assert entered[:4] == ["sudo", "-n", "/bin/sh", "-c"] and entered[5] == "sandhub-enter"
+    assert "uid=1234\n" in entered[4] and "nsenter -t" in entered[4] and "A=1" not in entered
     scoped = shlex.split(layout.as_sandbox({**STATE, "systemd": True}, "true"))
     assert scoped[:8] == ["sudo", "-n", "systemd-run", "--scope", "--quiet", "--collect",
                           "--uid=sbx-abc123", "--gid=sbx-abc123"]  # fmt: skip

@@ -53,7 +53,9 @@ def test_own_user_sandbox_layout_and_removal(sudo, base):
     assert entry[5:] == [state["workspace"], "/bin/bash"]
     assert sh(sudo_conn, f"getent shadow {user}", root=True).split(":")[1].startswith("!")
 
-    said = sh(sudo_conn, layout.as_sandbox(state, "id -un; pwd; env", cwd="/workspace"))
+    said = sh(
+        sudo_conn, layout.as_sandbox(state, "id -un; pwd; env", cwd="/workspace", own_env=True)
+    )
     lines = said.splitlines()
     assert lines[:2] == [user, state["workspace"]]
     assert {f"SANDHUB_SANDBOX_ID={sid}", f"HOME={state['workspace']}", "GREETING=hi there"} <= set(

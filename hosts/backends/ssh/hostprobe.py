@@ -35,7 +35,7 @@ PROBE_TIMEOUT = 30.0
 LIST_TIMEOUT = 60.0
 _MARK = "@@sandhub-probe facts@@"
 _SBIN = "/usr/local/sbin:/usr/sbin:/sbin"  # useradd lives there, off a login user's PATH
-_TOOLS = ("useradd", "userdel", "setpriv", "prlimit", "pkill", "systemd-run", "tmux", "setsid")
+_TOOLS = ("useradd", "userdel", "setpriv", "prlimit", "pkill", "systemd-run", "tmux", "setsid", "bwrap")
 
 # POSIX sh. `sudo -n true` is the check the contract asks for: it fails at once, never
 # prompts, where a password would be needed. systemd counts as running when
@@ -72,6 +72,10 @@ class HostFacts:
     def per_sandbox_users(self) -> bool:
         """Each sandbox gets its own Unix user (needs sudo, useradd / userdel, setpriv)."""
         return self.sudo and {"useradd", "userdel", "setpriv"} <= set(self.tools)
+
+    @property
+    def isolated(self) -> bool:  # PROVISIONAL: the probe's checks come with iso-probe
+        return self.per_sandbox_users and "bwrap" in self.tools
 
     @property
     def has_python3(self) -> bool:

@@ -27,6 +27,8 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from hosts.backends.ssh import isolation
+
 DEFAULT_BASE_DIR = "/var/tmp/sandhub"
 WORKSPACE = "/workspace"  # what services call the sandbox's files
 WORKSPACE_DIR = "workspace"  # its name inside the sandbox directory
@@ -147,13 +149,18 @@ def make_state(
     limits: Mapping[str, Any],
     env: Mapping[str, str],
     systemd: bool = False,
+    isolated: bool = False,
+    network: bool = True,
 ) -> dict[str, Any]:
     """The JSON backend_state of a sandbox (the contract's keys, plus "systemd": whether its
-    commands get their limits from `systemd-run --scope`, decided once at provision)."""
+    commands get their limits from `systemd-run --scope`, decided once at provision;
+    "isolated": whether it has namespaces, a cgroup and a disk of its own (isolation.py),
+    when provision adds its user's "uid" and "gid"; "network": whether it may reach out)."""
     return {
         "sandbox_id": check_sandbox_id(sandbox_id),
         "dir": sandbox_dir(base_dir, sandbox_id),
-        "workspace": workspace_dir(base_dir, sandbox_id),
+        # Inside its namespaces an isolated sandbox's workspace is at /workspace itself.
+        "workspace": WORKSPACE if isolated else workspace_dir(base_dir, sandbox_id),
         "meta": meta_dir(base_dir, sandbox_id),
         "user": user,
         "own_user": own_user,
@@ -164,6 +171,8 @@ def make_state(
         },
         "env": dict(env),
         "systemd": systemd,
+        "isolated": isolated,
+        "network": network,
     }
 
 
@@ -202,16 +211,21 @@ def sandbox_path(state: Mapping[str, Any], path: str) -> str:
 # -- running as the sandbox --------------------------------------------------------------------
 
 
-def sandbox_env(state: Mapping[str, Any], env: Mapping[str, str] | None = None) -> dict[str, str]:
+def sandbox_env(
+    state: Mapping[str, Any], env: Mapping[str, str] | None = None, *, own: bool = True
+) -> dict[str, str]:
     """Every variable a command of the sandbox gets: defaults < sandbox env < call env <
-    the fixed ones (marker, HOME, SANDHUB_WORKSPACE), which nothing may replace."""
+    the fixed ones (marker, HOME, SANDHUB_WORKSPACE), which nothing may replace. own=False
+    leaves the sandbox's own variables out (for a process whose argv they must not sit in:
+    the agent gets them with each call, over its stdin)."""
     merged: dict[str, str] = {
         "PATH": DEFAULT_PATH,
         "LANG": DEFAULT_LANG,
         "USER": str(state["user"]),
         "LOGNAME": str(state["user"]),
     }
-    merged.update(state.get("env") or {})
+    if own:
+        merged.update(state.get("env") or {})
     merged.update(env or {})
     merged.update(
         {
@@ -236,6 +250,8 @@ def limits_prefix(state: Mapping[str, Any]) -> list[str]:
     cpus = float(limits.get("cpus") or 0)
     pids = int(limits.get("pids") or 0)
     user = str(state["user"])
+    if state.get("isolated"):  # the sandbox's cgroup holds every limit
+        return isolation.enter_prefix(state)
     if state.get("own_user") and state.get("systemd"):
         # A transient scope: cgroup limits over every process of the command, forks included.
         # systemd-run needs root for a system scope; it drops to the user itself.
@@ -267,12 +283,16 @@ def as_sandbox(
     *,
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
+    own_env: bool = False,
 ) -> str:
     """A shell line (for SshConnection.run or channel.exec_command) that runs `command` as
     the sandbox: its user, its limits, a clean environment (`env -i`, see sandbox_env).
 
     command: an argv list, or a string run by /bin/sh -c. cwd: a sandbox path (mapped with
     host_path) to run in; one that cannot be entered fails the command with exit 126.
+    own_env: whether the sandbox's own variables go in too (only the per-command path needs
+    them; they are then in the argv of the command's processes, seen by no other tenant of
+    an isolated sandbox's PID namespace).
     """
     argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
     if not argv or "=" in argv[0]:
@@ -281,7 +301,7 @@ def as_sandbox(
     if cwd is not None:
         chdir = 'cd -- "$1" || exit 126; shift; exec "$@"'
         argv = ["/bin/sh", "-c", chdir, "sh", host_path(state, cwd), *argv]
-    variables = [f"{name}={value}" for name, value in sandbox_env(state, env).items()]
+    variables = [f"{name}={value}" for name, value in sandbox_env(state, env, own=own_env).items()]
     # "--" before the variables: none of them can be taken for an option of env.
     full = [*limits_prefix(state), "env", "-i", "--", *variables, *argv]
     return " ".join(shlex.quote(part) for part in full)

@@ -51,7 +51,7 @@ class SshPlainExec:
         cwd: str | None = None,
     ) -> int | None:
         try:
-            line = layout.as_sandbox(state, argv, env=env, cwd=cwd)
+            line = layout.as_sandbox(state, argv, env=env, cwd=cwd, own_env=True)
         except layout.LayoutError as exc:
             raise BackendError(str(exc)) from exc
         connection = self.connect()

@@ -26,7 +26,7 @@ from typing import Any
 
 from hosts.backends.base import BackendError, SandboxGone, SandboxSpec
 from hosts.backends.gpus import gpu_environment
-from hosts.backends.ssh import layout
+from hosts.backends.ssh import isolation, layout
 from hosts.backends.ssh.connection import RunResult, SshConnection
 from hosts.backends.ssh.errors import SshError
 from hosts.backends.ssh.hostprobe import HostFacts
@@ -40,12 +40,13 @@ _INSTANCE_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,200}$")
 
 _PROVISION = """\
 fail() { echo "sandhub: $*" >&2; exit 1; }
-made_dir= made_user=
+made_dir= made_user= uid= gid=
 undo() {
   rc=$?
   trap - EXIT
   set +e
   if [ "$rc" -ne 0 ]; then
+    if [ -n "$isolate" ]; then stop_isolation 2>/dev/null; fi
     if [ -n "$made_user" ]; then userdel "$user" >/dev/null 2>&1; fi
     if [ -n "$made_dir" ]; then rm -rf -- "$dir"; fi
   fi
@@ -79,7 +80,6 @@ if [ -n "$own" ]; then
     -x "$dir/workspace" || fail "the sandbox user cannot enter $dir/workspace: $base or a \\
 directory above it is not open to other users (o+x)"
 fi
-echo ok
 """
 
 _DESTROY = """\
@@ -105,6 +105,7 @@ owned() {
     ps -o stat= -o pid= -u "$uid" -U "$uid" 2>/dev/null | awk '$1 !~ /^Z/ { print $2 }'
   fi
 }
+if [ "$me" = 0 ]; then stop_isolation; fi
 n=0
 while :; do
   pids=$( { marked; owned; } | sort -u | grep -vx -- "$$" || :)
@@ -118,10 +119,18 @@ while :; do
   sleep 0.02  # for the killed to be gone (zombies are not counted)
 done
 if [ -n "$uid" ]; then
-  # Two levels: its own entries there, and its files in world-writable directories there
-  # (/tmp/.X11-unix, ...); whatever it made deeper lies in a directory of its own.
-  find /tmp /var/tmp /dev/shm -xdev -maxdepth 2 -path "$base" -prune -o -uid "$uid" -print0 \\
-    2>/dev/null | xargs -0r rm -rf -- 2>/dev/null || :
+  # As the sandbox user, never as root: a link a tenant swaps in (its other sandboxes still
+  # run) then leads only where that user may delete anyway. Two levels: its own entries in
+  # the shared temporary directories, and its files in world-writable directories there.
+  as_user() { setpriv --reuid="$uid" --regid="$gid" --clear-groups -- "$@"; }
+  as_user find /tmp /var/tmp /dev/shm -xdev -maxdepth 2 -path "$base" -prune -o -uid "$uid" \\
+    -exec rm -rf -- {} + 2>/dev/null || :
+  for d in "$dir/workspace" "$dir/.sandhub"; do
+    if [ -d "$d" ] && [ ! -L "$d" ]; then
+      as_user chmod -R u+rwX -- "$d" 2>/dev/null || :
+      as_user find "$d" -xdev -mindepth 1 -delete 2>/dev/null || :
+    fi
+  done
   userdel -- "$user" >/dev/null 2>&1 || ! id -u -- "$user" >/dev/null 2>&1 \\
     || fail "cannot remove the user $user: $(userdel -- "$user" 2>&1)"
 fi
@@ -132,6 +141,8 @@ if [ -e "$dir" ] || [ -L "$dir" ]; then
 fi
 echo ok
 """
+
+_DESTROY_SCRIPT = isolation.COMMON + isolation.STOP + _DESTROY
 
 
 def provision(
@@ -152,6 +163,7 @@ def provision(
         sandbox_id = layout.check_sandbox_id(spec.sandbox_id)
         base = layout.check_base_dir(base_dir)
         own = facts.per_sandbox_users
+        isolate = own and facts.isolated
         state = layout.make_state(
             base_dir=base,
             sandbox_id=sandbox_id,
@@ -160,7 +172,9 @@ def provision(
             limits={"memory_mb": spec.memory_mb, "cpus": spec.cpus, "pids": spec.pids_limit},
             # Placement's GPUs win over the sandbox's env; none given hides every GPU.
             env={**spec.env, **gpu_environment(spec.gpus)},
-            systemd=facts.systemd and own,
+            systemd=facts.systemd and own and not isolate,
+            isolated=isolate,
+            network=spec.network,
         )
     except ValueError as exc:
         raise BackendError(f"cannot create sandbox {spec.sandbox_id!r}: {exc}") from None
@@ -174,8 +188,18 @@ def provision(
         "own": "1" if own else "",
         "owner": facts.login_user if own else "",
         "instance": instance,
+        "isolate": "1" if isolate else "",
     }
-    command = layout.script_command(_PROVISION, variables, sudo=own)
+    body = _PROVISION
+    if isolate:
+        variables |= isolation.start_variables(
+            state,
+            disk_mb=spec.disk_mb or isolation.DEFAULT_DISK_MB,
+            network=spec.network,
+            devices=isolation.gpu_devices(spec.gpus),
+        )
+        body = isolation.COMMON + isolation.STOP + _PROVISION + isolation.START
+    command = layout.script_command(body + 'echo "ok ${uid:-} ${gid:-}"\n', variables, sudo=own)
     try:
         result = conn.run(command, timeout=timeout)
     except SshError:
@@ -185,7 +209,18 @@ def provision(
         _undo_quietly(conn, state)
     if not result.ok:
         raise BackendError(_failure(conn, f"creating sandbox {sandbox_id}", result))
+    if isolate:
+        state |= _ids(result)
     return state
+
+
+def _ids(result: RunResult) -> dict[str, int]:
+    """The sandbox user's uid and gid from the provision script's last line "ok UID GID"."""
+    words = result.stdout.decode(errors="replace").split()
+    try:
+        return {"uid": int(words[-2]), "gid": int(words[-1])}
+    except (IndexError, ValueError):
+        raise BackendError(f"provision said no uid: {words[-3:]!r}") from None
 
 
 def destroy(
@@ -205,12 +240,13 @@ def destroy(
         "id": sandbox_id,
         "user": user,
         "own": own,
+        "chain": isolation.CHAIN,
     }
     if own == "auto":  # not known: as root where sudo works (then its user is looked for)
-        plain = layout.script_command(_DESTROY, variables)
+        plain = layout.script_command(_DESTROY_SCRIPT, variables)
         command = f"if sudo -n true >/dev/null 2>&1; then sudo -n {plain}; else {plain}; fi"
     else:
-        command = layout.script_command(_DESTROY, variables, sudo=own == "1")
+        command = layout.script_command(_DESTROY_SCRIPT, variables, sudo=own == "1")
     result = conn.run(command, timeout=timeout)
     if not result.ok:
         raise BackendError(_failure(conn, f"removing sandbox {sandbox_id}", result))
