@@ -4,17 +4,23 @@ nothing of it on the host."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
-import subprocess
 import secrets
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from hosts.backends.base import SandboxSpec
+from hosts.backends.base import BackendError, SandboxGone, SandboxSpec
+from hosts.backends.ssh import isolation, layout
 from hosts.backends.ssh.backend import SshBackend
-from tests.ssh.helpers import make_backend
+from hosts.backends.ssh.connection import SshConnection
+from hosts.backends.ssh.provision import destroy, ensure_present, provision, status
+from tests.ssh import helpers
+from tests.ssh.helpers import INSTANCE, make_backend, sh, user_exists
 from tests.ssh.sshd import Sshd
 
 pytestmark = pytest.mark.sshd
@@ -81,3 +87,90 @@ def test_network_on_is_user_mode_and_destroy_removes_its_rule(backend: SshBacken
     rules = subprocess.run(["iptables", "-w", "-S", "OUTPUT"], capture_output=True, text=True)
     assert f"--uid-owner {state['uid']} " not in rules.stdout
     assert not os.path.exists(state["dir"])
+
+
+# -- provision and destroy of isolated sandboxes, seen from the host ----------------------------
+
+RESPAWNER = "setsid sh -c 'while :; do setsid sleep 100 & sleep 0.01; done' >/dev/null 2>&1 &"
+
+
+def cgroup_dirs(sandbox_id: str) -> list[Path]:
+    """The sandbox's cgroup directories on this machine (v1: one per controller)."""
+    root = Path("/sys/fs/cgroup")
+    return [p for p in (root / "sandhub" / sandbox_id, *root.glob(f"*/sandhub/{sandbox_id}"))
+            if p.is_dir()]  # fmt: skip
+
+
+def processes(sandbox_id: str) -> set[int]:
+    return {int(pid) for d in cgroup_dirs(sandbox_id) for pid in (d / "cgroup.procs").read_text().split()}
+
+
+def limit(sandbox_id: str, controller: str, v1_file: str, v2_file: str) -> str:
+    """A limit of the sandbox's cgroup as this machine's cgroup version writes it."""
+    v2 = Path("/sys/fs/cgroup/sandhub", sandbox_id)
+    if v2.is_dir():
+        return (v2 / v2_file).read_text().strip()
+    return Path("/sys/fs/cgroup", controller, "sandhub", sandbox_id, v1_file).read_text().strip()
+
+
+def left_of(conn: SshConnection, state: dict[str, Any]) -> list[str]:
+    """What of the sandbox is still on the host: directory, user, cgroups, mount, rule."""
+    left = [state["dir"]] if os.path.lexists(state["dir"]) else []
+    left += [str(d) for d in cgroup_dirs(state["sandbox_id"])]
+    if user_exists(conn, state["user"]):
+        left.append(state["user"])
+    if state["dir"] in Path("/proc/mounts").read_text():
+        left.append("mount")
+    rules = subprocess.run(["iptables", "-w", "-S", "OUTPUT"], capture_output=True, text=True)
+    if f"--uid-owner {state.get('uid')} " in rules.stdout:
+        left.append("iptables rule")
+    return left
+
+
+def test_isolated_layout_limits_and_removal(sudo_isolated, base):
+    conn, facts = sudo_isolated
+    assert facts.isolated
+    state = provision(conn, facts, helpers.spec(), base, INSTANCE)
+    sid = state["sandbox_id"]
+    assert state["isolated"] and state["workspace"] == "/workspace"
+    fstype = sh(conn, f"findmnt -n -o FSTYPE {state['dir']}/workspace", root=True).strip()
+    assert fstype == "ext4"
+    assert limit(sid, "memory", "memory.limit_in_bytes", "memory.max") == str(512 << 20)
+    assert limit(sid, "cpu", "cpu.cfs_quota_us", "cpu.max").split()[0] == "150000"
+    assert limit(sid, "pids", "pids.max", "pids.max") == "200"
+    # The per-command path has the sandbox's variables; nothing else carries them.
+    said = sh(conn, layout.as_sandbox(state, "id -un; pwd; env", cwd="/workspace", own_env=True))
+    assert said.splitlines()[:2] == [state["user"], "/workspace"]
+    assert "GREETING=hi there" in said.splitlines()
+    assert "GREETING" not in layout.as_sandbox(state, "true")
+    sh(conn, layout.as_sandbox(state, RESPAWNER))
+    helpers.wait_for(lambda: len(processes(sid)) >= 4, what="the respawner's sleeps")
+    destroy(conn, state)
+    assert left_of(conn, state) == []
+    destroy(conn, {"sandbox_id": sid}, base_dir=base)  # again, by id only
+
+
+def test_a_sandbox_whose_namespaces_are_gone(sudo_isolated, base):
+    conn, facts = sudo_isolated
+    state = provision(conn, facts, helpers.spec(), base, INSTANCE)
+    assert status(conn, state) == "running"
+    holder = sh(conn, f"cat {state['dir']}/holder", root=True).strip()
+    sh(conn, f"kill -KILL {holder}", root=True)  # as a restart of the host would
+    helpers.wait_for(lambda: status(conn, state) == "missing", what="the holder's end")
+    with pytest.raises(SandboxGone):
+        ensure_present(conn, state)
+    entered = conn.run(layout.as_sandbox(state, "true"), timeout=30)
+    assert entered.exit_code == isolation.NOT_RUNNING_EXIT, entered
+    assert b"is not running" in entered.stderr
+    destroy(conn, state)
+    assert left_of(conn, state) == []
+
+
+def test_a_failed_isolation_leaves_nothing(sudo_isolated, base):
+    conn, facts = sudo_isolated
+    too_big = dataclasses.replace(helpers.spec(), disk_mb=1 << 40)  # a 1 EiB image
+    with pytest.raises(BackendError, match="cannot make a .* MB disk"):
+        provision(conn, facts, too_big, base, INSTANCE)
+    state = {"sandbox_id": too_big.sandbox_id, "dir": f"{base}/{too_big.sandbox_id}",
+             "user": layout.user_name(too_big.sandbox_id)}  # fmt: skip
+    assert left_of(conn, state) == []

@@ -19,7 +19,6 @@ layout.sandbox_env (the sandbox's variables, the call's, and the fixed ones).
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +28,7 @@ from hosts.backends.agent.client import AgentClient, AgentStartFailed, AgentUnav
 from hosts.backends.agent.link import AgentLink, Started
 from hosts.backends.agent.protocol import BOOTSTRAP
 from hosts.backends.base import BackendError, SandboxGone
-from hosts.backends.ssh import layout
+from hosts.backends.ssh import layout, provision
 from hosts.backends.ssh.connection import SshConnection
 from hosts.backends.ssh.errors import SshConnectionLost, SshError
 from hosts.backends.ssh.transport import ChannelTransport
@@ -119,22 +118,20 @@ class SshAgentPlace:
 
     # --- failures ------------------------------------------------------------------------------
     def check_gone(self, state: dict[str, Any], connection: SshConnection | None = None) -> None:
-        """SandboxGone if the sandbox's workspace no longer exists on the host: one round trip
-        (on `connection`, default the host's current one). SshConnectionLost if that
-        connection is lost; other SSH errors raise nothing (the caller's error stands)."""
-        workspace = str(state["workspace"])
+        """SandboxGone if the sandbox is no longer on the host (provision.status: its
+        directory, and an isolated one's namespaces): one round trip (on `connection`, default
+        the host's current one). SshConnectionLost if that connection is lost; other errors
+        raise nothing (the caller's error stands)."""
         try:
-            result = (connection or self.connect()).run(
-                f"test -d {shlex.quote(workspace)}", timeout=GONE_CHECK_TIMEOUT
-            )
+            missing = provision.status(connection or self.connect(), state) == "missing"
         except SshConnectionLost:
             raise
-        except SshError:
+        except (SshError, BackendError):
             return
-        if result.exit_code == 1:
+        if missing:
             raise SandboxGone(
-                f"the directory of sandbox {state['sandbox_id']} ({workspace}) no longer "
-                "exists on its host"
+                f"sandbox {state['sandbox_id']} is no longer on its host (its directory"
+                f"{' or its namespaces' if state.get('isolated') else ''} gone)"
             )
 
     def after_broken(self, state: dict[str, Any], context: Any) -> None:

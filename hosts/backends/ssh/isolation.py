@@ -232,6 +232,16 @@ stop_isolation() {
 }
 """
 
+# After provision.status's _PRESENT ($present): whether the holder still runs (a recycled pid
+# is not in the sandbox's cgroup).
+HOLDER_ALIVE = """\
+if [ "$present" = yes ]; then
+  holder=$(cat -- "$dir/holder" 2>/dev/null) && grep -q "/sandhub/$id\\$" "/proc/$holder/cgroup" \\
+    2>/dev/null || present=no
+fi
+echo "$present"
+"""
+
 # ENTER: "$@" as the sandbox, in its namespaces and cgroups (as root: sudo -n sh -c ENTER).
 ENTER = f"""\
 holder=$(cat -- "$dir/holder" 2>/dev/null) || {{ echo "sandhub: sandbox $id is not running" >&2; exit {NOT_RUNNING_EXIT}; }}

@@ -255,16 +255,22 @@ def destroy(
 def status(
     conn: SshConnection, state: dict[str, Any], *, base_dir: str = layout.DEFAULT_BASE_DIR
 ) -> str:
-    """ "running" while the sandbox's directory is there, "missing" once it is gone."""
-    directory = _target(state, base_dir)[1]
-    command = layout.script_command(
-        'if [ -d "$dir" ]; then echo yes; else echo no; fi', {"dir": directory}
-    )
+    """ "running" while the sandbox's directory is there (and, isolated, its namespaces:
+    their holder, still in the sandbox's cgroup), "missing" once it is gone."""
+    sandbox_id, directory = _target(state, base_dir)[:2]
+    variables = {"dir": directory, "id": sandbox_id}
+    if state.get("isolated"):  # /proc of another user's process: root's to read (hidepid)
+        command = layout.script_command(_PRESENT + isolation.HOLDER_ALIVE, variables, sudo=True)
+    else:
+        command = layout.script_command(_PRESENT + 'echo "$present"\n', variables)
     result = conn.run(command, timeout=STATUS_TIMEOUT)
     answer = result.stdout.decode(errors="replace").strip().splitlines()
     if not result.ok or not answer or answer[-1] not in ("yes", "no"):
         raise BackendError(_failure(conn, "checking a sandbox directory", result))
     return "running" if answer[-1] == "yes" else "missing"
+
+
+_PRESENT = 'if [ -d "$dir" ]; then present=yes; else present=no; fi\n'
 
 
 def ensure_present(
