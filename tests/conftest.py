@@ -16,7 +16,6 @@ import contextlib
 import fcntl
 import os
 import shutil
-import subprocess
 import tempfile
 import threading
 import time
@@ -35,10 +34,11 @@ from sandboxes import services
 from tenants.models import Channel, Membership, Role, Team
 from tenants.principal import Principal
 from tests.fakes import FakeBackend
+from tests.leftovers import remove_sandboxes_under
 from tests.live import World, build_world, free_port, on_test_database
 from tests.markers import mark_by_fixtures
 from tests.qcluster import QCluster
-from tests.ssh.logins import ProvisionSshd, run_here, set_up_users
+from tests.ssh.logins import ProvisionSshd, set_up_users
 from tests.ssh.sshd import STATE_DIR, Sshd, ensure_test_user
 
 
@@ -263,11 +263,7 @@ def workdir() -> Iterator[Path]:
     try:
         yield path
     finally:
-        for line in run_here("getent", "passwd").splitlines():
-            name, home = line.split(":")[0], line.split(":")[5]
-            if name.startswith("sbx-") and home.startswith(f"{path}/"):
-                subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
-                subprocess.run(["userdel", name], capture_output=True)
+        remove_sandboxes_under(path)
         needle = f"SANDHUB_WORKSPACE={path}/".encode()  # no-sudo sandboxes' processes
         for entry in os.scandir("/proc"):
             with contextlib.suppress(OSError):

@@ -16,7 +16,6 @@ import contextlib
 import hashlib
 import shutil
 import socket
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +34,7 @@ from hosts.models import Host
 from sandboxes import services
 from sandboxes.models import Preview, Sandbox
 from tenants.principal import Principal
+from tests.leftovers import remove_sandboxes_under
 from tests.live import World, run
 from tests.ssh.helpers import register
 from tests.ssh.logins import SUDO_USER
@@ -93,12 +93,7 @@ def module_workdir() -> Iterator[Path]:
     try:
         yield path
     finally:
-        passwd = subprocess.run(["getent", "passwd"], capture_output=True, text=True).stdout
-        for line in passwd.splitlines():
-            name, home = line.split(":")[0], line.split(":")[5]
-            if name.startswith("sbx-") and home.startswith(f"{path}/"):
-                subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
-                subprocess.run(["userdel", name], capture_output=True)
+        remove_sandboxes_under(path)
         shutil.rmtree(path, ignore_errors=True)
 
 

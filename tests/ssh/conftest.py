@@ -36,6 +36,7 @@ from hosts.backends.ssh.pool import ConnectionPool
 from hosts.backends.ssh.provision import destroy, provision
 from hosts.models import Host
 from sandboxes import services
+from tests.leftovers import remove_sandboxes_under
 from tests.ssh.helpers import LIMITS, SYSTEM, host_on, make_backend, new_link
 from tests.ssh.logins import PLAIN_USER, SUDO_USER
 from tests.ssh.sshd import Sshd, running_sshd
@@ -56,6 +57,7 @@ def sshd() -> Iterator[Sshd]:
 def base_dir() -> Iterator[str]:
     path = f"/var/tmp/sandhub-agent-test-{secrets.token_hex(4)}"  # provision makes it
     yield path
+    remove_sandboxes_under(Path(path))
     shutil.rmtree(path, ignore_errors=True)
 
 
@@ -87,13 +89,17 @@ def make_sandbox(
         isolated (then the facts are the real probe's: this machine can isolate)."""
         if own_user or isolated:
             request.getfixturevalue("sudo_for_test_user")
-        facts = host_facts(conns.get(target)) if isolated else HostFacts(
-            login_user=sshd.username,
-            uid=pwd.getpwnam(sshd.username).pw_uid,
-            sudo=own_user,
-            systemd=False,
-            python3="3",
-            tools=("useradd", "userdel", "setpriv"),
+        facts = (
+            host_facts(conns.get(target))
+            if isolated
+            else HostFacts(
+                login_user=sshd.username,
+                uid=pwd.getpwnam(sshd.username).pw_uid,
+                sudo=own_user,
+                systemd=False,
+                python3="3",
+                tools=("useradd", "userdel", "setpriv"),
+            )
         )
         spec = SandboxSpec(
             sandbox_id="sb_" + secrets.token_hex(6),

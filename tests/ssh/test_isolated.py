@@ -102,7 +102,11 @@ def cgroup_dirs(sandbox_id: str) -> list[Path]:
 
 
 def processes(sandbox_id: str) -> set[int]:
-    return {int(pid) for d in cgroup_dirs(sandbox_id) for pid in (d / "cgroup.procs").read_text().split()}
+    return {
+        int(pid)
+        for d in cgroup_dirs(sandbox_id)
+        for pid in (d / "cgroup.procs").read_text().split()
+    }
 
 
 def limit(sandbox_id: str, controller: str, v1_file: str, v2_file: str) -> str:

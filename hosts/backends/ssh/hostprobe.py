@@ -35,7 +35,17 @@ PROBE_TIMEOUT = 30.0
 LIST_TIMEOUT = 60.0
 _MARK = "@@sandhub-probe facts@@"
 _SBIN = "/usr/local/sbin:/usr/sbin:/sbin"  # useradd lives there, off a login user's PATH
-_TOOLS = ("useradd", "userdel", "setpriv", "prlimit", "pkill", "systemd-run", "tmux", "setsid", "bwrap")
+_TOOLS = (
+    "useradd",
+    "userdel",
+    "setpriv",
+    "prlimit",
+    "pkill",
+    "systemd-run",
+    "tmux",
+    "setsid",
+    "bwrap",
+)
 
 # POSIX sh. `sudo -n true` is the check the contract asks for: it fails at once, never
 # prompts, where a password would be needed. systemd counts as running when

@@ -80,7 +80,14 @@ cg_freeze() {  # $1: 1 to freeze, 0 to thaw
     fi
   done
 }
-cg_pids() { for c in $(cgroups); do cg_valid "$c" && cat -- "$c/cgroup.procs" 2>/dev/null; done | sort -u; }
+drop_egress_rule() {  # $1: a uid; every OUTPUT rule sending it to the egress chain
+  case $1 in ''|*[!0-9]*) return 0 ;; esac
+  command -v iptables >/dev/null 2>&1 || return 0
+  while iptables -w -D OUTPUT -m owner --uid-owner "$1" -j "$chain" 2>/dev/null; do :; done
+}
+cg_pids() {
+  for c in $(cgroups); do cg_valid "$c" && cat -- "$c/cgroup.procs" 2>/dev/null; done | sort -u
+}
 """
 
 START = """\
@@ -128,6 +135,9 @@ in_cgroups() {
   exec sh -c 'for c in $0; do echo $$ > "$c/cgroup.procs" || exit 1; done; exec "$@"' \
     "$cgpaths" "$@"
 }
+
+# A rule a sandbox that had this uid before left behind (its destroy cut short).
+drop_egress_rule "$uid"
 
 # The disk: a sparse ext4 image on the workspace, its root directory the sandbox user's.
 truncate -s "${disk_mb}M" "$dir/disk.img" && chmod 0600 "$dir/disk.img" \\
@@ -184,8 +194,8 @@ if [ -n "$network" ]; then
     iptables -w -A "$chain" -d 169.254.0.0/16 -j REJECT
     iptables -w -A "$chain" ! -o "$iface" -j REJECT
   fi
-  iptables -w -C OUTPUT -m owner --uid-owner "$uid" -j "$chain" 2>/dev/null \\
-    || iptables -w -I OUTPUT 1 -m owner --uid-owner "$uid" -j "$chain" \\
+  echo "$uid" > "$dir/egress-uid"
+  iptables -w -I OUTPUT 1 -m owner --uid-owner "$uid" -j "$chain" \\
     || fail "cannot add the sandbox's egress rule (iptables)"
   (
     in_cgroups setsid setpriv --reuid="$uid" --regid="$gid" --clear-groups -- \\
@@ -219,9 +229,11 @@ stop_isolation() {
     for c in $(cgroups); do cg_valid "$c" && rmdir -- "$c" 2>/dev/null || :; done
     rm -f -- "$dir/cgroups"
   fi
-  if [ -n "$uid" ] && command -v iptables >/dev/null 2>&1; then
-    while iptables -w -D OUTPUT -m owner --uid-owner "$uid" -j "$chain" 2>/dev/null; do :; done
-  fi
+  # The egress rule goes by uid: the one START noted, should the user be gone already (a
+  # rule left behind would refuse the loopback to whoever gets the uid next).
+  ruled=$(cat -- "$dir/egress-uid" 2>/dev/null || :)
+  for u in $uid $ruled; do drop_egress_rule "$u"; done
+  rm -f -- "$dir/egress-uid"
   if [ -f "$dir/disk.img" ]; then
     if mountpoint -q "$dir/workspace" 2>/dev/null; then
       umount -- "$dir/workspace" 2>/dev/null || umount -l -- "$dir/workspace" \\
@@ -244,9 +256,9 @@ echo "$present"
 
 # ENTER: "$@" as the sandbox, in its namespaces and cgroups (as root: sudo -n sh -c ENTER).
 ENTER = f"""\
-holder=$(cat -- "$dir/holder" 2>/dev/null) || {{ echo "sandhub: sandbox $id is not running" >&2; exit {NOT_RUNNING_EXIT}; }}
-grep -q "/sandhub/$id\\$" "/proc/$holder/cgroup" 2>/dev/null \\
-  || {{ echo "sandhub: sandbox $id is not running (its namespaces are gone)" >&2; exit {NOT_RUNNING_EXIT}; }}
+gone() {{ echo "sandhub: sandbox $id is not running ($1)" >&2; exit {NOT_RUNNING_EXIT}; }}
+holder=$(cat -- "$dir/holder" 2>/dev/null) || gone "it has no namespaces"
+grep -q "/sandhub/$id\\$" "/proc/$holder/cgroup" 2>/dev/null || gone "its namespaces are gone"
 for c in $(cat -- "$dir/cgroups"); do
   case $c in /sys/fs/cgroup/*sandhub/"$id") echo $$ > "$c/cgroup.procs" || exit 71 ;; esac
 done

@@ -76,6 +76,7 @@ if [ -n "$own" ]; then
   chown -R -- "$user:$user" "$dir/workspace" "$dir/.sandhub"
   chmod 0711 -- "$dir"
   uid=$(id -u -- "$user") gid=$(id -g -- "$user")
+  drop_egress_rule "$uid"  # left by an isolated sandbox that had the uid (isolation.py)
   setpriv --reuid="$uid" --regid="$gid" --clear-groups -- test -w "$dir/workspace" -a \\
     -x "$dir/workspace" || fail "the sandbox user cannot enter $dir/workspace: $base or a \\
 directory above it is not open to other users (o+x)"
@@ -189,8 +190,9 @@ def provision(
         "owner": facts.login_user if own else "",
         "instance": instance,
         "isolate": "1" if isolate else "",
+        "chain": isolation.CHAIN,
     }
-    body = _PROVISION
+    body = isolation.COMMON + isolation.STOP + _PROVISION
     if isolate:
         variables |= isolation.start_variables(
             state,
@@ -198,7 +200,7 @@ def provision(
             network=spec.network,
             devices=isolation.gpu_devices(spec.gpus),
         )
-        body = isolation.COMMON + isolation.STOP + _PROVISION + isolation.START
+        body += isolation.START
     command = layout.script_command(body + 'echo "ok ${uid:-} ${gid:-}"\n', variables, sudo=own)
     try:
         result = conn.run(command, timeout=timeout)
@@ -233,6 +235,14 @@ def destroy(
     """Kill every process of the sandbox, then remove its user and directory. Idempotent: a
     sandbox half made, or already gone, is fine. A state of only {"sandbox_id"} is enough
     (its directory is then taken under base_dir, its own user found if it exists)."""
+    sandbox_id = state.get("sandbox_id")
+    result = conn.run(destroy_command(state, base_dir=base_dir), timeout=timeout)
+    if not result.ok:
+        raise BackendError(_failure(conn, f"removing sandbox {sandbox_id}", result))
+
+
+def destroy_command(state: dict[str, Any], *, base_dir: str = layout.DEFAULT_BASE_DIR) -> str:
+    """The shell line destroy runs on the host (as root where it needs to be)."""
     sandbox_id, directory, user, own = _target(state, base_dir)
     variables = {
         "base": posixpath.dirname(directory),
@@ -244,12 +254,8 @@ def destroy(
     }
     if own == "auto":  # not known: as root where sudo works (then its user is looked for)
         plain = layout.script_command(_DESTROY_SCRIPT, variables)
-        command = f"if sudo -n true >/dev/null 2>&1; then sudo -n {plain}; else {plain}; fi"
-    else:
-        command = layout.script_command(_DESTROY_SCRIPT, variables, sudo=own == "1")
-    result = conn.run(command, timeout=timeout)
-    if not result.ok:
-        raise BackendError(_failure(conn, f"removing sandbox {sandbox_id}", result))
+        return f"if sudo -n true >/dev/null 2>&1; then sudo -n {plain}; else {plain}; fi"
+    return layout.script_command(_DESTROY_SCRIPT, variables, sudo=own == "1")
 
 
 def status(
