@@ -196,7 +196,7 @@ def parse_facts(text: str) -> HostFacts:
     if "user" not in values or "sudo" not in values:
         raise ValueError("the host's facts are incomplete (cut short?)")
     kernel = values.get("kernel", "")
-    cgroup = values.get("cgroup", "")
+    cgroup = values.get("cgroup", "") if values.get("cgroup") in ("v1", "v2") else ""
     found = set(values.get("cgroup_controllers", "").split())
     if cgroup == "v2" and (values.get("cgroup_freeze") == "1" or _kernel_at_least(kernel, 5, 2)):
         found.add("freezer")  # cgroup v2's freezer is cgroup.freeze, in every non-root group
@@ -208,7 +208,7 @@ def parse_facts(text: str) -> HostFacts:
         python3=values.get("python3", ""),
         tools=tuple(t for t in TOOLS if values.get(f"has_{t}") == "1"),
         kernel=kernel,
-        cgroup=cgroup if cgroup in ("v1", "v2") else "",
+        cgroup=cgroup,
         cgroup_controllers=tuple(c for c in CGROUP_CONTROLLERS if c in found) if cgroup else (),
         userns=values.get("userns") == "1",
         hidepid=values.get("hidepid") == "1",
