@@ -241,4 +241,4 @@ def facts_from_details(details: Mapping[str, Any]) -> HostFacts | None:
 
 def _kernel_at_least(release: str, major: int, minor: int) -> bool:
     found = re.match(r"(\d+)\.(\d+)", release)
-    return bool(found) and (int(found[1]), int(found[2])) >= (major, minor)
+    return found is not None and (int(found[1]), int(found[2])) >= (major, minor)
