@@ -3,7 +3,7 @@
 
     facts = parse_facts(output_of_FACTS_SCRIPT)
     facts.per_sandbox_users      # sudo -n + useradd / userdel / setpriv
-    facts.isolation_missing      # why sandboxes there cannot be kept apart ("" reasons: they can)
+    facts.isolation_missing      # why sandboxes there cannot be kept apart (none: they can)
     facts.isolated               # per-sandbox users and nothing missing
 
 A sandbox on a shared SSH host is kept apart from other tenants' by namespaces (bubblewrap),
