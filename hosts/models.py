@@ -98,7 +98,19 @@ class Host(models.Model):
         null=True,
         blank=True,
         help_text="SSH: whether the login user may `sudo -n`, so each sandbox gets its own Unix "
-        "user (checked by probes). Without, the host is offered only to its own team.",
+        "user (checked by probes).",
+    )
+    isolated = models.BooleanField(
+        default=False,
+        help_text="SSH: sandboxes on this host run in their own namespaces, cgroups and "
+        "filesystem (checked by probes). Shared hosts need it: without, the host is offered "
+        "only to its own team.",
+    )
+    isolation_missing = models.TextField(
+        blank=True,
+        default="",
+        help_text="SSH: why sandboxes on this host cannot be isolated, one reason per line "
+        "(from the last probe).",
     )
     gpu_count = models.PositiveIntegerField(default=0)
     gpus = models.JSONField(default=list, blank=True, help_text="Per-GPU use, from the last probe.")

@@ -147,6 +147,7 @@ class HostAdmin(admin.ModelAdmin):
         "max_sandboxes",
         "gpu_count",
         "host_key",
+        "isolation",
         "last_probe_at",
     ]
     list_filter = ["kind", "enabled", "draining", "healthy", "team"]
@@ -171,6 +172,8 @@ class HostAdmin(admin.ModelAdmin):
         "host_key_type",
         "host_key_seen_at",
         "per_sandbox_users",
+        "isolated",
+        "why_not",
         "gpu_count",
         "gpus",
     ]
@@ -187,11 +190,15 @@ class HostAdmin(admin.ModelAdmin):
                     "host_key_type",
                     "host_key_seen_at",
                     "per_sandbox_users",
+                    "isolated",
+                    "why_not",
                 ],
                 "description": "The login user is the credential's username. Fetch the host "
                 "key and confirm it with the actions in the host list: until then the host "
-                "gets no sandboxes. Without sudo -n for the login user, sandboxes share one "
-                "Unix user, so the host is offered only to its own team.",
+                "gets no sandboxes. Unless probes find that its sandboxes can be isolated "
+                "(a Unix user each through sudo -n, namespaces, user-mode networking, "
+                "whole-sandbox limits through cgroups, a disk each), the host is offered only "
+                "to its own team; 'why not' lists what is missing.",
             },
         ),
         ("GPUs", {"fields": ["gpu_count", "gpus"]}),
@@ -227,6 +234,22 @@ class HostAdmin(admin.ModelAdmin):
         if host.host_key_seen and host.host_key_seen != host.host_key_pinned:
             return "CHANGED: refused"
         return "pinned"
+
+    @admin.display(description="isolated", ordering="isolated")
+    def isolation(self, host: Host) -> str:
+        """SSH: whether sandboxes there are kept apart, else who may use the host."""
+        if host.kind != Host.Kind.SSH:
+            return "—"
+        if host.isolated:
+            return "yes"
+        return "no: its team only" if host.team_id else "no: not used (shared)"
+
+    @admin.display(description="why not")
+    def why_not(self, host: Host) -> str:
+        """SSH: what the last probe found missing for isolation, one reason per line."""
+        if host.kind != Host.Kind.SSH or host.isolated:
+            return "—"
+        return host.isolation_missing or "not probed yet"
 
     @admin.display(description="live sandboxes", ordering="_live")
     def live_sandboxes(self, host: Host) -> int:

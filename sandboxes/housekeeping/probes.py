@@ -81,6 +81,8 @@ def record_probe(host: Host, result: ProbeResult) -> Host:
             "gpus",
             "gpu_count",
             "per_sandbox_users",
+            "isolated",
+            "isolation_missing",
         ]
     )
     if was_healthy != result.healthy:
@@ -112,13 +114,17 @@ def probe_hosts(hosts: list[Host] | None = None) -> list[Host]:
 
 def _record_host_facts(host: Host, details: dict[str, Any]) -> None:
     """What a probe learnt beyond load: per-GPU use, whether sandboxes get users of their
-    own; and a host key that was refused, remembered (with an audit row, once per key) so an
-    admin sees what the host now presents."""
+    own and are isolated (and if not, why); and a host key that was refused, remembered (with
+    an audit row, once per key) so an admin sees what the host now presents."""
     if "gpus" in details:
         host.gpus = list(details["gpus"])
         host.gpu_count = len(host.gpus)
     if "per_sandbox_users" in details:
         host.per_sandbox_users = bool(details["per_sandbox_users"])
+    if "isolated" in details or "per_sandbox_users" in details:  # an SSH host's facts
+        # A probe that does not say (an older one) leaves the host not isolated.
+        host.isolated = bool(details.get("isolated"))
+        host.isolation_missing = "\n".join(str(r) for r in details.get("isolation_missing") or ())
     rejected = details.get("host_key_rejected") or {}
     fingerprint = rejected.get("fingerprint", "")
     if fingerprint and fingerprint != host.host_key_seen:

@@ -19,9 +19,10 @@ from tenants.models import Team
 
 def usable_by(team: Team) -> Q:
     """Hosts the team may get sandboxes on: shared or its own; an SSH host only once its key
-    is pinned, and, when sandboxes there cannot get Unix users of their own (no sudo for the
-    login user), only by the team it is private to: they would share one user."""
-    ssh_ok = ~Q(host_key_pinned="") & (Q(per_sandbox_users=True) | Q(team=team))
+    is pinned, and, when sandboxes there cannot be isolated from each other (their own Unix
+    user, namespaces, whole-sandbox limits: Host.isolated, from probes; Host.isolation_missing
+    says why not), only by the team it is private to."""
+    ssh_ok = ~Q(host_key_pinned="") & (Q(isolated=True) | Q(team=team))
     return (Q(team__isnull=True) | Q(team=team)) & (~Q(kind=Host.Kind.SSH) | ssh_ok)
 
 

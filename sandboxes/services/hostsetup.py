@@ -110,7 +110,7 @@ def add_host(
     key the host presents before any login); a Docker engine over tcp:// needs TLS material,
     over unix:// or ssh:// nothing (ssh:// uses the keys and known_hosts of the user Sandhub
     runs as). `team`: a team's slug, for a host private to it. The probe must pass; its
-    details (sudo, per-sandbox users, GPUs, engine version) come back in `details`.
+    details (sudo, per-sandbox users, isolation, GPUs, engine version) come back in `details`.
     """
     _require_admin(principal)
     where = _endpoint(kind, endpoint)

@@ -1,6 +1,7 @@
 """Admin for SSH hosts: the host key's state in the host list, the confirmation page that
-shows each fingerprint and pins only what it showed, and the passphrase of a private key
-stored encrypted, never shown. Fixtures: tests/admin/conftest.py."""
+shows each fingerprint and pins only what it showed, whether a host isolates its sandboxes
+(and why not), read-only, and the passphrase of a private key stored encrypted, never shown.
+Fixtures: tests/admin/conftest.py."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from tests.admin.helpers import action, url
 
 SEEN = "SHA256:" + "B" * 43
 OTHER = "SHA256:" + "C" * 43
+REASONS = "bubblewrap (bwrap) is not installed\nno cgroup freezer"
 KEY_TEXT = "-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n-----END OPENSSH PRIVATE KEY-----\n"
 
 
@@ -100,3 +102,24 @@ def test_only_platform_admins_fetch_or_confirm_host_keys(as_alice) -> None:
         ("host.key.fetch", "forbidden"),
         ("host.key.confirm", "forbidden"),
     ]
+
+
+def test_the_host_pages_say_whether_sandboxes_are_isolated_and_why_not(
+    staff_client: Client, team_a
+) -> None:
+    host = ssh_host(per_sandbox_users=True, isolation_missing=REASONS)
+
+    def column() -> bytes:
+        listed = staff_client.get(url(Host, "changelist")).content
+        return listed.split(b'<td class="field-isolation">')[1].split(b"<")[0]
+
+    assert column() == b"no: not used (shared)"
+    Host.objects.filter(pk=host.pk).update(team=team_a)
+    assert column() == b"no: its team only"
+    page = staff_client.get(url(Host, "change", host.pk)).content.decode()
+    assert "why not" in page and "no cgroup freezer" in page
+    assert "bubblewrap (bwrap) is not installed<br>no cgroup freezer" in page  # a line each
+    assert 'name="isolated"' not in page and 'name="isolation_missing"' not in page  # probes'
+    Host.objects.filter(pk=host.pk).update(isolated=True, isolation_missing="")
+    assert column() == b"yes"
+    assert b"no cgroup freezer" not in staff_client.get(url(Host, "change", host.pk)).content

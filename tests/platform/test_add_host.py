@@ -111,6 +111,7 @@ def test_with_fingerprint_it_saves_a_pinned_host_that_sandboxes_use(
     assert host.max_sandboxes == 7 and host.team is None
     assert host.healthy and host.last_probe_at is not None
     assert host.per_sandbox_users is True and host.gpu_count == 2  # the fake nvidia-smi's
+    assert host.isolated is True and host.isolation_missing == ""  # this machine can
     credential = host.credential
     assert credential is not None
     assert (credential.kind, credential.username) == ("private_key", SUDO_USER)
@@ -118,6 +119,7 @@ def test_with_fingerprint_it_saves_a_pinned_host_that_sandboxes_use(
     assert key.text.splitlines()[1] not in credential.secret_encrypted  # encrypted at rest
     assert "added ssh host gpu-01" in out
     assert "per-sandbox users: yes" in out and "sudo -n: yes" in out
+    assert "isolated: yes" in out and "user namespaces: yes" in out
     assert "GPUs: 2 (0: NVIDIA H100" in out
     assert key.text.splitlines()[1] not in out
     row = AuditLog.objects.get(action="host.add")
@@ -220,6 +222,9 @@ def test_a_password_login_without_sudo_makes_a_private_host(
     assert host.credential is not None and host.credential.kind == "password"
     assert host.credential.get_secret() == server.password
     assert "per-sandbox users: no" in out and "private to team alpha" in out
+    assert host.isolated is False and "no sudo -n" in host.isolation_missing
+    assert "isolated: no: offered only to the team it is private to\n" in out
+    assert "    - no sudo -n: no per-sandbox users\n" in out
     assert server.password not in out
     assert AuditLog.objects.get(action="host.add").team == team_a
 

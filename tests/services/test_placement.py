@@ -1,6 +1,7 @@
-"""Where a sandbox goes: SSH hosts only with a pinned key, a host without per-sandbox users
-only for its own team, GPUs on the host whose freest GPUs are freest. The in-memory backend
-stands in for both kinds (the SSH backend itself is proven against a real sshd elsewhere)."""
+"""Where a sandbox goes: SSH hosts only with a pinned key, a host that cannot isolate its
+sandboxes (no per-sandbox users, namespaces or whole-sandbox limits) only for its own team,
+GPUs on the host whose freest GPUs are freest. The in-memory backend stands in for both kinds
+(the SSH backend itself is proven against a real sshd elsewhere)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ def ssh_host(name: str, **fields) -> Host:
         "endpoint": "127.0.0.1:22",
         "host_key_pinned": PINNED,
         "per_sandbox_users": True,
+        "isolated": True,
         **fields,
     }
     return Host.objects.create(name=name, **values)
@@ -58,15 +60,34 @@ def test_an_ssh_host_is_used_only_once_its_key_is_pinned(both_kinds, team_a):
     assert placement.choose_host(team_a).host.name == "box"
 
 
-def test_a_host_without_per_sandbox_users_serves_only_its_own_team(both_kinds, team_a, team_b):
-    ssh_host("shared-user", per_sandbox_users=False)  # shared by every team: nobody's
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"per_sandbox_users": False, "isolated": False},
+        # Users of their own, but no namespaces or whole-sandbox limits.
+        {"isolated": False, "isolation_missing": "bubblewrap (bwrap) is not installed"},
+    ],
+    ids=["shared-user", "not-isolated"],
+)
+def test_a_host_that_cannot_isolate_serves_only_its_own_team(both_kinds, team_a, team_b, fields):
+    ssh_host("box", **fields)  # shared by every team: nobody's
     for team in (team_a, team_b):
         with pytest.raises(NoCapacity):
             placement.choose_host(team)
-    Host.objects.filter(name="shared-user").update(team=team_a)
-    assert placement.choose_host(team_a).host.name == "shared-user"
+    Host.objects.filter(name="box").update(team=team_a)
+    assert placement.choose_host(team_a).host.name == "box"
     with pytest.raises(NoCapacity):
         placement.choose_host(team_b)
+
+
+def test_an_isolated_host_is_shared_by_every_team_or_private_to_one(both_kinds, team_a, team_b):
+    ssh_host("box")
+    for team in (team_a, team_b):
+        assert placement.choose_host(team).host.name == "box"
+    Host.objects.filter(name="box").update(team=team_b)
+    assert placement.choose_host(team_b).host.name == "box"
+    with pytest.raises(NoCapacity):
+        placement.choose_host(team_a)
 
 
 def test_gpus_go_to_the_host_whose_gpus_are_freest(both_kinds, team_a, as_alice):

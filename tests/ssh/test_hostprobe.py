@@ -29,6 +29,9 @@ def test_probe_with_sudo_and_gpus(sudo_isolated, base):
     assert result.sandboxes_running == 1
     details = result.details
     assert details["sudo"] is True and details["per_sandbox_users"] is True
+    # This machine has bubblewrap, slirp4netns, iptables, cgroups and user namespaces.
+    assert details["isolated"] is True and details["isolation_missing"] == [], details["facts"]
+    assert details["facts"]["isolated"] is True and sudo_facts.isolated
     assert details["systemd"] is os.path.isdir("/run/systemd/system")
     assert details["python3"] is True and details["cpu_count"] == os.cpu_count()
     assert [g["index"] for g in details["gpus"]] == [0, 1]
@@ -37,12 +40,16 @@ def test_probe_with_sudo_and_gpus(sudo_isolated, base):
     assert result.gpu_percent is not None and details["gpu_error"] == ""
     assert facts_from_details(details) == sudo_facts
     print(f"\nprobe: {took} (0.2 s of it the cpu sampling pause)")
+    facts = {k: v for k, v in details["facts"].items() if k != "tools"}
+    print(f"facts: {facts}\ntools: {' '.join(details['facts']['tools'])}")
 
 
 def test_probe_without_sudo_nor_gpus_and_of_a_closed_connection(plain, base, server):
     result = probe(plain[0], base_dir=base)
     assert result.healthy, result.error
     assert result.details["sudo"] is False and result.details["per_sandbox_users"] is False
+    assert result.details["isolated"] is False
+    assert result.details["isolation_missing"] == ["no sudo -n: no per-sandbox users"]
     assert result.details["gpus"] == [] and result.gpu_percent is None
     assert result.sandboxes_running == 0 and facts_from_details(result.details) == plain[1]
     closed = SshConnection(server.target(username=PLAIN_USER))

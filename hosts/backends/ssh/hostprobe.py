@@ -1,11 +1,12 @@
 """What an SSH host can do, how loaded it is, and what Sandhub left on it: over the connection.
 
-    facts = host_facts(conn)                    # sudo? systemd? python3? (cache it)
+    facts = host_facts(conn)                    # sudo? systemd? isolated? (cache it)
     result = probe(conn, base_dir=base)         # load + GPUs + the facts, one round trip
     found = list_managed(conn, base, "default", sudo=facts.sudo)
 
 `probe` runs the facts script and probes.PROBE_SCRIPT in one command, so a probe is one round
 trip and refreshes the facts too (`facts_from_details` reads them back from a ProbeResult).
+The facts themselves, and the script that learns them, are in capabilities.py.
 A probe reports, it never raises: an unreachable host is `healthy=False` with the error.
 """
 
@@ -14,15 +15,20 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
-from typing import Any
 
 from hosts.backends.base import BackendError, ManagedResource, ProbeResult
 from hosts.backends.ssh import layout
+from hosts.backends.ssh.capabilities import (
+    FACTS_SCRIPT,
+    HostFacts,
+    facts_from_details,
+    parse_facts,
+)
 from hosts.backends.ssh.connection import SshConnection
 from hosts.backends.ssh.probes import PROBE_SCRIPT, parse_probe_output
 
 __all__ = [
+    "FACTS_SCRIPT",
     "HostFacts",
     "facts_from_details",
     "host_facts",
@@ -33,115 +39,6 @@ __all__ = [
 
 PROBE_TIMEOUT = 30.0
 LIST_TIMEOUT = 60.0
-_MARK = "@@sandhub-probe facts@@"
-_SBIN = "/usr/local/sbin:/usr/sbin:/sbin"  # useradd lives there, off a login user's PATH
-_TOOLS = (
-    "useradd",
-    "userdel",
-    "setpriv",
-    "prlimit",
-    "pkill",
-    "systemd-run",
-    "tmux",
-    "setsid",
-    "bwrap",
-)
-
-# POSIX sh. `sudo -n true` is the check the contract asks for: it fails at once, never
-# prompts, where a password would be needed. systemd counts as running when
-# /run/systemd/system exists (what sd_booted() checks).
-FACTS_SCRIPT = f"""\
-echo '{_MARK}'
-echo "user=$(id -un)"
-echo "uid=$(id -u)"
-if sudo -n true >/dev/null 2>&1; then echo sudo=1; else echo sudo=0; fi
-if [ -d /run/systemd/system ]; then echo systemd=1; else echo systemd=0; fi
-v=$(python3 -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null) || v=
-echo "python3=$v"
-for t in {" ".join(_TOOLS)}; do
-  if PATH="$PATH:{_SBIN}" command -v "$t" >/dev/null 2>&1; then echo "has_$t=1"
-  else echo "has_$t=0"; fi
-done
-echo "kernel=$(uname -r 2>/dev/null)"
-"""
-
-
-@dataclass(frozen=True)
-class HostFacts:
-    """What an SSH host offers, as its login user finds it."""
-
-    login_user: str
-    uid: int
-    sudo: bool  # `sudo -n` works: per-sandbox users, systemd scopes
-    systemd: bool
-    python3: str  # its version ("3.11.2"), "" when missing
-    tools: tuple[str, ...] = ()  # of _TOOLS, the ones present
-    kernel: str = ""
-
-    @property
-    def per_sandbox_users(self) -> bool:
-        """Each sandbox gets its own Unix user (needs sudo, useradd / userdel, setpriv)."""
-        return self.sudo and {"useradd", "userdel", "setpriv"} <= set(self.tools)
-
-    @property
-    def isolated(self) -> bool:  # PROVISIONAL: the probe's checks come with iso-probe
-        return self.per_sandbox_users and "bwrap" in self.tools
-
-    @property
-    def has_python3(self) -> bool:
-        return bool(self.python3)
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready, for ProbeResult.details and the Host row; facts_from_details reads it."""
-        return asdict(self) | {
-            "tools": list(self.tools),
-            "per_sandbox_users": self.per_sandbox_users,
-        }
-
-
-def parse_facts(text: str) -> HostFacts:
-    """HostFacts from FACTS_SCRIPT's output (its section; text before it is a login banner)."""
-    values: dict[str, str] = {}
-    lines = text.splitlines()
-    if _MARK not in (line.strip() for line in lines):
-        raise ValueError("no facts in the host's answer (cut short?)")
-    start = [line.strip() for line in lines].index(_MARK) + 1
-    for line in lines[start:]:
-        if line.startswith("@@sandhub-probe "):
-            break
-        name, eq, value = line.partition("=")
-        if eq:
-            values[name.strip()] = value.strip()
-    if "user" not in values or "sudo" not in values:
-        raise ValueError("the host's facts are incomplete (cut short?)")
-    return HostFacts(
-        login_user=values["user"],
-        uid=int(values.get("uid") or -1),
-        sudo=values.get("sudo") == "1",
-        systemd=values.get("systemd") == "1",
-        python3=values.get("python3", ""),
-        tools=tuple(t for t in _TOOLS if values.get(f"has_{t}") == "1"),
-        kernel=values.get("kernel", ""),
-    )
-
-
-def facts_from_details(details: Mapping[str, Any]) -> HostFacts | None:
-    """The facts a successful probe put in its details; None if it holds none."""
-    facts = details.get("facts")
-    if not isinstance(facts, Mapping):
-        return None
-    try:
-        return HostFacts(
-            login_user=str(facts["login_user"]),
-            uid=int(facts["uid"]),
-            sudo=bool(facts["sudo"]),
-            systemd=bool(facts["systemd"]),
-            python3=str(facts.get("python3") or ""),
-            tools=tuple(str(t) for t in facts.get("tools") or ()),
-            kernel=str(facts.get("kernel") or ""),
-        )
-    except (KeyError, TypeError, ValueError):
-        return None
 
 
 def host_facts(conn: SshConnection, *, timeout: float = PROBE_TIMEOUT) -> HostFacts:
@@ -186,6 +83,8 @@ def probe(
     details = sample.details() | {
         "facts": facts.as_dict(),
         "per_sandbox_users": facts.per_sandbox_users,
+        "isolated": facts.isolated,
+        "isolation_missing": list(facts.isolation_missing),
         "sudo": facts.sudo,
         "systemd": facts.systemd,
         "python3": facts.has_python3,

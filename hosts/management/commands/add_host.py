@@ -136,16 +136,28 @@ class Command(BaseCommand):
         self.stdout.write(
             f"  login: {facts.get('login_user', '?')}, sudo -n: "
             f"{'yes' if details.get('sudo') else 'no'}, systemd: "
-            f"{'yes' if details.get('systemd') else 'no (limits by prlimit)'}"
+            f"{'yes' if details.get('systemd') else 'no'}"
+        )
+        controllers = ", ".join(facts.get("cgroup_controllers") or ()) or "none"
+        self.stdout.write(
+            f"  cgroups: {facts.get('cgroup') or 'none'} ({controllers}), user namespaces: "
+            f"{'yes' if facts.get('userns') else 'no'}, /proc hidepid: "
+            f"{'yes' if facts.get('hidepid') else 'no'}"
         )
         if details.get("per_sandbox_users"):
             self.stdout.write("  per-sandbox users: yes (each sandbox gets its own Unix user)")
         else:
-            where = "" if private else " -- and this host has no team, so none will get it"
+            self.stdout.write("  per-sandbox users: no (sandboxes share the login user)")
+        if details.get("isolated"):
             self.stdout.write(
-                "  per-sandbox users: no (sandboxes share the login user): offered only to the "
-                f"team it is private to{where}"
+                "  isolated: yes (namespaces, cgroups and a filesystem per sandbox): "
+                "may be shared by teams"
             )
+        else:
+            where = "" if private else " -- and this host has no team, so none will get it"
+            self.stdout.write(f"  isolated: no: offered only to the team it is private to{where}")
+            for reason in details.get("isolation_missing") or ():
+                self.stdout.write(f"    - {reason}")
         python = facts.get("python3") or ""
         self.stdout.write(
             f"  python3: {python}"

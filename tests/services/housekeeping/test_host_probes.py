@@ -1,7 +1,8 @@
-"""Host probes (sandboxes/housekeeping/probes.py): the figures list_hosts shows, and a host
-that stops answering marked down, skipped by placement, and back when it answers again; on the
-in-memory backend, then a real engine behind a proxy that can go silent, and a socket that
-does not exist. Fixtures: tests/services/housekeeping/conftest.py."""
+"""Host probes (sandboxes/housekeeping/probes.py): the figures list_hosts shows, a host that
+stops answering marked down, skipped by placement, and back when it answers again, and what an
+SSH host's probe says about isolating its sandboxes, stored; on the in-memory backend, then a
+real engine behind a proxy that can go silent, and a socket that does not exist. Fixtures:
+tests/services/housekeeping/conftest.py."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from collections.abc import Iterator
 import pytest
 
 from hosts.backends import reset_backends
+from hosts.backends.base import ProbeResult
 from hosts.models import Host
 from sandboxes import services, tasks
 from sandboxes.contract.errors import NoCapacity
+from sandboxes.housekeeping.probes import record_probe
 from sandboxes.policy import placement
 from tenants.models import AuditLog, Channel
 from tests.engine import EngineProxy
@@ -53,6 +56,30 @@ def test_a_silent_host_is_marked_down_skipped_and_comes_back(fake_backend, as_al
     assert docker_host.healthy and docker_host.last_error == ""
     assert audit_of("host.up").target_id == str(docker_host.pk)
     assert services.create_sandbox(as_alice).status == "running"
+
+
+@pytest.mark.django_db
+def test_a_probe_stores_whether_an_ssh_host_isolates_its_sandboxes_and_why_not():
+    host = Host.objects.create(name="gpu", kind="ssh", endpoint="127.0.0.1:22", isolated=True)
+    reasons = ["bubblewrap (bwrap) is not installed", "no cgroup freezer"]
+
+    def probed(**details) -> Host:
+        record_probe(host, ProbeResult(healthy=True, details=details))
+        host.refresh_from_db()
+        return host
+
+    probed(per_sandbox_users=True, isolated=False, isolation_missing=reasons)
+    assert (host.per_sandbox_users, host.isolated) == (True, False)
+    assert host.isolation_missing == "bubblewrap (bwrap) is not installed\nno cgroup freezer"
+    assert (probed(per_sandbox_users=True, isolated=True, isolation_missing=[]).isolated,
+            host.isolation_missing) == (True, "")  # fmt: skip
+    probed()  # no facts (a Docker engine's probe, say): what the last one found stays
+    assert host.isolated
+    record_probe(host, ProbeResult(healthy=False, error="down"))
+    host.refresh_from_db()
+    assert host.isolated and not host.healthy
+    # An older SSH probe, that does not say: not isolated, and nothing to show why.
+    assert (probed(per_sandbox_users=True).isolated, host.isolation_missing) == (False, "")
 
 
 # --- on the real Docker engine ---------------------------------------------------------------
