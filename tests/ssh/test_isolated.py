@@ -4,9 +4,11 @@ nothing of it on the host."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import secrets
+import stat
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -178,3 +180,48 @@ def test_a_failed_isolation_leaves_nothing(sudo_isolated, base):
     state = {"sandbox_id": too_big.sandbox_id, "dir": f"{base}/{too_big.sandbox_id}",
              "user": layout.user_name(too_big.sandbox_id)}  # fmt: skip
     assert left_of(conn, state) == []
+
+
+# -- GPUs: the device nodes of the sandbox's GPUs, and only those ------------------------------
+
+STAND_INS = ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm"]
+FAKE_SMI = Path(__file__).resolve().parents[1] / "bin" / "nvidia-smi"
+
+
+@pytest.fixture
+def stand_in_gpus() -> Iterator[None]:
+    """Two GPUs' device nodes as a driver makes them, stood in for by character devices of
+    /dev/null's numbers (harmless to open); skipped on a machine with a real GPU driver."""
+    if any(os.path.exists(path) for path in STAND_INS):
+        pytest.skip("this machine has NVIDIA device nodes of its own")
+    try:
+        for path in STAND_INS:
+            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+            os.chmod(path, 0o666)
+        yield
+    finally:
+        for path in STAND_INS:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+
+def test_a_gpu_sandbox_gets_its_own_gpus_device_nodes_only(sudo_isolated, base, stand_in_gpus):
+    conn, facts = sudo_isolated
+    state = provision(conn, facts, helpers.spec(gpus=(1,)), base, INSTANCE)
+    other = provision(conn, facts, helpers.spec(), base, INSTANCE)
+    try:
+        seen = sh(conn, layout.as_sandbox(state, "ls /dev | grep nvidia", own_env=True))
+        assert seen.split() == ["nvidia-uvm", "nvidia1", "nvidiactl"]
+        said = sh(conn, layout.as_sandbox(state, "echo $CUDA_VISIBLE_DEVICES", own_env=True))
+        assert said.strip() == "1"
+        # The host's tools are there, read-only: nvidia-smi (here the fake, on H100 fixtures).
+        fields = "index,uuid,name,utilization.gpu,utilization.memory,memory.used,memory.total"
+        query = f"--query-gpu={fields},temperature.gpu,power.draw --format=csv,noheader,nounits"
+        smi = f"FAKE_NVIDIA_SMI_STATE=idle,busy {FAKE_SMI} {query}"
+        rows = sh(conn, layout.as_sandbox(state, smi)).splitlines()
+        assert [row.split(", ")[2] for row in rows] == ["NVIDIA H100 80GB HBM3"] * 2
+        none = conn.run(layout.as_sandbox(other, "ls /dev | grep nvidia"), timeout=30)
+        assert none.exit_code == 1 and none.stdout == b""  # a sandbox without GPUs: none
+    finally:
+        destroy(conn, state)
+        destroy(conn, other)
