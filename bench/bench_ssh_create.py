@@ -227,13 +227,13 @@ def main() -> None:
     for label, key in rows:
         print(summary(label, figures[key]))
     for name in ("off", "on"):
-        create = figures[f"create {name}"]
+        creates = figures[f"create {name}"]
         print(
-            f"create, network {name}: p50 {median(create) * 1000:.1f} ms, "
-            f"p95 {percentile(create, 95) * 1000:.1f} ms; "
-            f"create / ssh true {ratio(create, figures['ssh true'])}, "
-            f"create / sudo -n true {ratio(create, figures['ssh sudo'])}, "
-            f"create / bwrap {ratio(create, figures['bwrap'])}"
+            f"create, network {name}: p50 {median(creates) * 1000:.1f} ms, "
+            f"p95 {percentile(creates, 95) * 1000:.1f} ms; "
+            f"create / ssh true {ratio(creates, figures['ssh true'])}, "
+            f"create / sudo -n true {ratio(creates, figures['ssh sudo'])}, "
+            f"create / bwrap {ratio(creates, figures['bwrap'])}"
         )
 
 
