@@ -1,12 +1,15 @@
 """run_command `echo hi` through MCP over HTTP on a sandbox that lives on an SSH host, in one run.
 
-    .venv/bin/python bench/bench_ssh_mcp.py [--runs 200] [--warmup 20]
+    .venv/bin/python bench/bench_ssh_mcp.py [--runs 200] [--warmup 20] [--no-expect-isolated]
 
 Starts a real OpenSSH sshd on loopback (tests/ssh/sshd.py, with the login user of
 tests/ssh/logins.py that may `sudo -n`: each sandbox gets a Unix user of its own),
 registers it as an SSH host on a throwaway SQLite database (key fetched and confirmed, probed,
 as an admin does; the Docker host disabled), starts uvicorn on platform_site.asgi on a free
-loopback port, creates one sandbox, and measures after a warm-up:
+loopback port, creates one sandbox, and measures after a warm-up. Where the probe finds the
+machine can isolate (issue 23: bubblewrap, slirp4netns, cgroups, a loop disk) the sandbox is
+isolated and every command enters its namespaces; the run says which, and stops before
+measuring when isolation was expected (the default) but not given:
 
 1. MCP: a fastmcp.Client with an API key calls run_command `echo hi` --runs times: p50, p95;
 2. raw: `echo hi` on a bare SshConnection (paramiko exec on its TCP_NODELAY socket, as the
@@ -14,7 +17,8 @@ loopback port, creates one sandbox, and measures after a warm-up:
 3. service: sandboxes.services.run_command in this process (the agent over SSH, no HTTP);
 4. MCP get_sandbox, which reaches no host: the floor MCP, HTTP and the database set.
 
-Issue 11's target: MCP p50 <= 15 ms (the seed's server takes ~55 ms for the same call).
+Issue 11's target, and issue 23's for an isolated sandbox: MCP p50 <= 15 ms (the seed's
+server takes ~55 ms for the same call).
 Needs root (it starts sshd and creates users). sshd, the sandbox, uvicorn and the scratch
 files are removed at the end, also after an error or Ctrl-C. Compare the ratios of one run,
 not figures between days.
@@ -27,7 +31,6 @@ import asyncio
 import fcntl
 import logging
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -136,21 +139,37 @@ def checked(call: Callable[[], Any]) -> Callable[[], None]:
     return run
 
 
+def isolation_line(host: Any, sandbox_id: str, expected: bool) -> str:
+    """Whether the sandbox is isolated (its backend_state says), as one line; SystemExit when
+    isolation was expected and not given (the host's probe says why not)."""
+    from hosts.models import Host
+    from sandboxes.models import Sandbox
+
+    host = Host.objects.get(pk=host.pk)
+    isolated = bool(Sandbox.objects.get(public_id=sandbox_id).backend_state.get("isolated"))
+    if expected and not isolated:
+        why = "; ".join(host.isolation_missing.splitlines()) or "the probe gave no reason"
+        raise SystemExit(f"sandbox {sandbox_id} is NOT isolated (host.isolated={host.isolated}: "
+                         f"{why}); --no-expect-isolated measures it anyway")  # fmt: skip
+    if isolated:
+        return "isolated: yes (bubblewrap namespaces, cgroups, loop disk; commands via nsenter)"
+    return f"isolated: NO (host.isolated={host.isolated}; not expected: --no-expect-isolated)"
+
+
 def measure(runs: int, warmup: int, action: Callable[[], None]) -> list[float]:
     timings(warmup, action)
     return timings(runs, action)
 
 
 def remove_leftovers(base_dir: Path | None) -> None:
-    """What a failed run left under its directory: the sandbox users, their processes, files."""
+    """What a failed run left under its directory, removed as destroy removes it
+    (tests/leftovers.py): processes, an isolated sandbox's cgroups, disk mount and egress
+    rule, the sandbox users, files. rm -rf alone would leave mounts, cgroups and rules."""
     if base_dir is None:
         return
-    passwd = subprocess.run(["getent", "passwd"], capture_output=True, text=True).stdout
-    for line in passwd.splitlines():
-        name, home = line.split(":")[0], line.split(":")[5]
-        if name.startswith("sbx-") and home.startswith(f"{base_dir}/"):
-            subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
-            subprocess.run(["userdel", name], capture_output=True)
+    from tests.leftovers import remove_sandboxes_under
+
+    remove_sandboxes_under(base_dir)
     shutil.rmtree(base_dir, ignore_errors=True)
 
 
@@ -158,6 +177,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=20)
+    expect = "stop unless the sandbox is isolated (default: expect it)"
+    parser.add_argument(
+        "--expect-isolated", action=argparse.BooleanOptionalAction, default=True, help=expect
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     bench_instance()  # before Django starts: the web process inherits it
@@ -177,6 +200,8 @@ def main() -> None:
         base_dir = base_directory(SUDO_USER)
         host = register_host(server, SUDO_USER, base_dir)
         sandbox_id = services.create_sandbox(principal).id
+        isolation = isolation_line(host, sandbox_id, args.expect_isolated)
+        print(isolation, flush=True)
         key = apikeys.create_key(principal.user, principal.team, name="bench").plaintext
         port = free_port()
         web = start_web(port, log=scratch / "web.log")
@@ -205,6 +230,7 @@ def main() -> None:
         f"sandbox {sandbox_id} on SSH host {host.name} ({server.address}:{server.port}), "
         f"a Unix user of its own; {args.runs} calls each after {args.warmup} warm-up"
     )
+    print(isolation)
     print(summary("MCP/HTTP run_command `echo hi` (round trip)", mcp))
     print(summary("MCP/HTTP get_sandbox (no SSH: the MCP floor)", bare_mcp))
     print(summary("raw paramiko exec `echo hi` (TCP_NODELAY)", raw))
