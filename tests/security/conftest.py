@@ -6,11 +6,15 @@ request must leave alone.
 The fixtures here are named matrix_* so they cannot shadow another module's; they need the
 module's `live_db` (tests/conftest.py), since the live server thread must see the rows.
 matrix_orm runs the ORM from inside an MCP conversation (async).
+
+`stage` and `pair` (test_ssh_isolation*.py; ssh_tenants.py): one SSH host shared by two
+teams, and a sandbox of each team on it, for a module.
 """
 
 from __future__ import annotations
 
 import contextlib
+import secrets
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -26,6 +30,7 @@ from tenants.models import Channel, Role, Team
 from tenants.principal import Principal
 from tests.engine import engine_cleaning_up
 from tests.fakes import FakeBackend
+from tests.live import World
 from tests.security.matrix import (
     ACTORS,
     BACKENDS,
@@ -36,6 +41,8 @@ from tests.security.matrix import (
     make_user,
     populate,
 )
+from tests.security.ssh_tenants import IsolationHost, Pair, isolation_host
+from tests.ssh.sshd import Sshd
 
 
 @pytest.fixture(scope="module")
@@ -107,3 +114,20 @@ def matrix_orm() -> Iterator[Orm]:
     worker = Orm()
     yield worker
     worker.close()
+
+
+# -- two teams' sandboxes on one SSH host (test_ssh_isolation*.py, ssh_tenants.py) ----------
+
+
+@pytest.fixture(scope="module")
+def stage(world: World, server: Sshd) -> Iterator[IsolationHost]:
+    with isolation_host(world, server) as made:
+        yield made
+
+
+@pytest.fixture(scope="module")
+def pair(stage: IsolationHost) -> Pair:
+    secret = secrets.token_hex(16)
+    a = stage.create(stage.alice, network=True)
+    b = stage.create(stage.bob, network=True, env={"BLUE_CREATE_SECRET": secret})
+    return Pair(stage=stage, a=a, b=b, b_create_secret=secret)
