@@ -186,6 +186,7 @@ def test_a_failed_isolation_leaves_nothing(sudo_isolated, base):
 
 STAND_INS = ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm"]
 FAKE_SMI = Path(__file__).resolve().parents[1] / "bin" / "nvidia-smi"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
 
 
 @pytest.fixture
@@ -217,7 +218,18 @@ def test_a_gpu_sandbox_gets_its_own_gpus_device_nodes_only(sudo_isolated, base, 
         # The host's tools are there, read-only: nvidia-smi (here the fake, on H100 fixtures).
         fields = "index,uuid,name,utilization.gpu,utilization.memory,memory.used,memory.total"
         query = f"--query-gpu={fields},temperature.gpu,power.draw --format=csv,noheader,nounits"
-        smi = f"FAKE_NVIDIA_SMI_STATE=idle,busy {FAKE_SMI} {query}"
+        # Copied into the workspace: the checkout may lie where the sandbox has its own
+        # (/tmp is private), and the host's tools are what a GPU sandbox runs.
+        ws = f"{state['dir']}/workspace"
+        sh(
+            conn,
+            f"cp -r {FAKE_SMI.parent} {FIXTURES} {ws}/ && chown -R {state['uid']} {ws}",
+            root=True,
+        )
+        fake = (
+            f"FAKE_NVIDIA_SMI_STATE=idle,busy FAKE_NVIDIA_SMI_FIXTURES=/workspace/{FIXTURES.name}"
+        )
+        smi = f"{fake} /workspace/{FAKE_SMI.parent.name}/{FAKE_SMI.name} {query}"
         rows = sh(conn, layout.as_sandbox(state, smi)).splitlines()
         assert [row.split(", ")[2] for row in rows] == ["NVIDIA H100 80GB HBM3"] * 2
         none = conn.run(layout.as_sandbox(other, "ls /dev | grep nvidia"), timeout=30)
