@@ -15,6 +15,12 @@ below it (import-linter checks it).
 """
 
 from hosts.backends.base import PortStream  # the proxy's stream type, without the backends
+from sandboxes.services.access_links import (
+    DEFAULT_TOKEN_SECONDS,
+    VIEWER_TOKEN_SECONDS,
+    list_links,
+    revoke_link,
+)
 from sandboxes.services.archives import open_archive_stream
 from sandboxes.services.background import (
     BACKGROUND_TAIL_BYTES,
@@ -55,11 +61,6 @@ from sandboxes.services.hosts import (
 )
 from sandboxes.services.hostsetup import LoginSecret, add_host, read_host_key
 from sandboxes.services.lifetime import extend_sandbox, extendable_minutes, latest_expiry
-from sandboxes.services.access_links import (
-    VIEWER_TOKEN_SECONDS,
-    list_links,
-    revoke_link,
-)
 from sandboxes.services.links import (
     FileLink,
     LinkedFile,
@@ -68,7 +69,6 @@ from sandboxes.services.links import (
     open_file_link,
 )
 from sandboxes.services.previews import (
-    DEFAULT_TOKEN_SECONDS,
     DEFAULT_WAIT_SECONDS,
     MAX_WAIT_SECONDS,
     DeployFailed,

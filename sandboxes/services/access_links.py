@@ -58,7 +58,7 @@ VIEWER_TOKEN_SECONDS = 600  # a viewer's (or a read-only key's) preview token, a
 LAST_USED_INTERVAL = timedelta(seconds=60)
 MAX_LISTED = 500  # newest first; a sandbox with more working links shows these
 LINK_ID_RE = re.compile(r"^lnk_[a-z0-9]{12}$")
-_ROLE_RANK = {Role.VIEWER: 0, Role.MEMBER: 1, Role.ADMIN: 2, Role.OWNER: 3}
+_ROLE_RANK: dict[str, int] = {Role.VIEWER: 0, Role.MEMBER: 1, Role.ADMIN: 2, Role.OWNER: 3}
 
 
 def digest(token: str) -> str:
@@ -135,12 +135,10 @@ def _creator_membership(
     user_id = principal.user.pk if principal.user is not None else None
     if user_id is None and preview is not None:
         user_id = preview.created_by_id
-    found = (
-        Membership.objects.select_related("user")
-        .filter(user_id=user_id, team_id=sandbox.team_id)
-        .order_by()
-        .first()
-    )
+    found = None
+    if user_id is not None:
+        rows = Membership.objects.select_related("user").filter(team_id=sandbox.team_id)
+        found = rows.filter(user_id=user_id).order_by().first()
     if found is None:
         raise PermissionDenied(
             "a link acts for a member of the sandbox's team: only the team's members make links"

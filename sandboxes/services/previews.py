@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from django.db import transaction
-from django.utils import timezone
 
 from hosts.backends.base import BackendError, PortClosed, SandboxGone, Unsupported
 from sandboxes.contract.errors import (
@@ -38,7 +36,6 @@ from sandboxes.models import AccessLink, CommandStatus, Preview, Sandbox, Sandbo
 from sandboxes.policy import access, validation
 from sandboxes.policy.access import READ, WRITE
 from sandboxes.services import access_links
-from sandboxes.services.access_links import DEFAULT_TOKEN_SECONDS
 from sandboxes.services.background import cancel_background, check_background, start_background
 from sandboxes.services.common import backend_of, mark_lost, running_sandbox
 from sandboxes.services.previews_tokens import MAX_TOKEN_SECONDS

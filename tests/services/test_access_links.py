@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import re
 import zlib
@@ -159,10 +160,8 @@ def readable_parts(token: str) -> list[bytes]:
             except (binascii.Error, ValueError):
                 continue
             found.append(raw)
-            try:
+            with contextlib.suppress(zlib.error):
                 found.append(zlib.decompress(raw))
-            except zlib.error:
-                pass
     return found
 
 
@@ -246,7 +245,11 @@ def test_the_list_shows_the_links_that_work(sandbox, as_alice, as_mallory, as_vi
     assert {mine.link_id, token.link_id} <= set(listed)
     assert not {dead.link_id, expired.link_id} & set(listed)
     file_link, preview = listed[mine.link_id], listed[token.link_id]
-    assert (file_link.kind, file_link.path, file_link.port) == ("file", "/workspace/report.txt", None)
+    assert (file_link.kind, file_link.path, file_link.port) == (
+        "file",
+        "/workspace/report.txt",
+        None,
+    )
     assert (preview.kind, preview.path, preview.port) == ("preview", None, 8000)
     assert file_link.created_by == "alice" and file_link.last_used_at is None
     assert preview.expires_at == token.expires_at and preview.min_role == "member"

@@ -4,6 +4,7 @@ sandbox page lists the working links with a Revoke button for those who may."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from datetime import timedelta
 
@@ -176,3 +177,78 @@ def test_the_link_lives_as_long_as_the_setting_says(sandbox, settings, as_alice)
     link = services.create_file_link(as_alice, sandbox, "out/data.bin")
     left = (link.expires_at - timezone.now()).total_seconds()
     assert 590 < left <= 600
+
+
+# --- the "Links" section: listed, revoked one by one -----------------------------------------
+
+
+def links_section(client: Client, sandbox_id: str) -> str:
+    page = client.get(f"/sandboxes/{sandbox_id}/").content.decode()
+    found = re.search(r'<section class="card" id="links".*?</section>', page, re.S)
+    assert found, page
+    return found.group(0)
+
+
+def row_of(section: str, link_id: str) -> str:
+    found = re.search(rf'<tr class="link-row" data-link-id="{link_id}".*?</tr>', section, re.S)
+    assert found, section
+    return found.group(0)
+
+
+def revoke_url(sandbox_id: str, link_id: str) -> str:
+    return f"/sandboxes/{sandbox_id}/links/{link_id}/revoke/"
+
+
+def link_id_of(url: str) -> str:
+    token = url.rstrip("/").rsplit("/", 1)[1]
+    return AccessLink.objects.get(secret_hash=hashlib.sha256(token.encode()).hexdigest()).public_id
+
+
+def test_the_page_lists_working_links_with_revoke_for_those_who_may(
+    login, alice, mallory, victor, sandbox, as_alice
+):
+    owners = link_id_of(make_link(login(alice), sandbox))
+    members = link_id_of(make_link(login(mallory), sandbox))
+    preview = services.get_preview_url(as_alice, sandbox, 8000, expires_seconds=900).link_id
+    shown = links_section(login(alice), sandbox)
+    for link_id in (owners, members, preview):
+        assert 'link-revoke"' in row_of(shown, link_id)
+    assert "/workspace/out/data.bin" in row_of(shown, owners) and "mallory" in row_of(
+        shown, members
+    )
+    assert "8000" in row_of(shown, preview) and 'data-kind="preview"' in row_of(shown, preview)
+    assert 'data-confirm="Revoke this' in shown
+    assert not re.search(r"\son[a-z]+=|<script", shown), "no inline script: the page has a CSP"
+    as_member = links_section(login(mallory), sandbox)
+    assert 'link-revoke"' in row_of(as_member, members)
+    assert 'link-revoke"' not in row_of(as_member, owners)
+    as_viewer = links_section(login(victor), sandbox)
+    assert owners in as_viewer and "link-revoke" not in as_viewer
+
+
+def test_one_link_revoked_on_the_page_while_another_keeps_working(login, alice, sandbox):
+    client = login(alice)
+    keep, cut = path_of(make_link(client, sandbox)), path_of(make_link(client, sandbox))
+    response = client.post(revoke_url(sandbox, link_id_of(cut)), follow=True)
+    assert response.redirect_chain[-1][0].endswith(f"/sandboxes/{sandbox}/#links")
+    assert b"no longer works" in response.content
+    assert Client().get(cut).status_code == 404
+    assert read_stream(Client().get(keep)) == CONTENT
+    shown = links_section(client, sandbox)
+    assert link_id_of(keep) in shown and link_id_of(cut) not in shown
+    row = AuditLog.objects.get(action="link.revoke")
+    assert (row.actor, row.details["link_id"]) == (alice, link_id_of(cut))
+
+
+def test_who_may_revoke_on_the_page(login, alice, mallory, victor, bob, sandbox):
+    owners = link_id_of(make_link(login(alice), sandbox))
+    url = revoke_url(sandbox, owners)
+    assert login(bob).post(url).status_code == 404
+    assert b"viewer may not" in login(victor).post(url).content
+    refused = login(mallory).post(url)
+    assert refused.status_code == 403 and b"creator or the team" in refused.content
+    assert login(alice, csrf=True).post(url).status_code == 403  # no CSRF token
+    assert login(alice).post(revoke_url(sandbox, "nonsense")).status_code == 400
+    assert login(alice).post(revoke_url(sandbox, "lnk_0000ghost000")).status_code == 404
+    assert login(alice).get(url).status_code == 405
+    assert not AccessLink.objects.filter(revoked_at__isnull=False).exists()
