@@ -5,8 +5,8 @@ The routes come from Django's URL resolver (sandboxes/api/urls.py) and the tools
 MCP client's list_tools() against the live server, so a new one without a case here fails.
 For each case the answer to a foreign id is compared with the answer to a made-up id: the two
 must be the same (ids cannot be probed). After each, the rows of Sandbox, CommandExecution,
-ApiKey (but its last-use columns) and Membership, and team B's and team A's sandboxes on the
-engine (files, processes, status), must be as before. Routes and tools that name no id act
+ApiKey (but its last-use columns), Membership and AccessLink (file links, preview tokens), and
+team B's and team A's sandboxes on the engine (files, processes, status), must be as before. Routes and tools that name no id act
 in the key's team whatever they are told (?team=beta) and show nothing of team B. Then every
 write route and tool, with a viewer's or a read-only key on team A's own sandbox: refused.
 
@@ -29,7 +29,7 @@ from django.urls import URLPattern, get_resolver, reverse
 from fastmcp import Client
 
 from tests.live import run
-from tests.security.matrix import A_SB, ACTORS, B_CMD, B_JOB, B_SB, engines_named
+from tests.security.matrix import A_SB, ACTORS, B_CMD, B_JOB, B_LINK, B_SB, engines_named
 
 pytestmark = pytest.mark.filterwarnings("ignore:The logging capability is deprecated")
 
@@ -99,6 +99,7 @@ def pwned_tar() -> bytes:
 SANDBOX_B = [{"sandbox_id": B_SB}]
 SECRET_PATHS = {"path": "/workspace", "paths": ["secret.txt"]}
 JOB_B = [{"sandbox_id": B_SB, "command_id": B_JOB}, {"sandbox_id": A_SB, "command_id": B_JOB}]
+LINK_B = [{"sandbox_id": B_SB, "link_id": B_LINK}, {"sandbox_id": A_SB, "link_id": B_LINK}]
 REST_CASES: dict[tuple[str, str], RestCase] = {
     ("sandboxes", "GET"): RestCase(scoped=listed_in_team_a),
     ("sandboxes", "POST"): RestCase(json={"name": "where?"}, scoped=creates_in_team_a(201)),
@@ -120,6 +121,9 @@ REST_CASES: dict[tuple[str, str], RestCase] = {
     ("previews", "POST"): RestCase(SANDBOX_B, json={"port": 8000}),
     ("preview", "DELETE"): RestCase([{"sandbox_id": B_SB, "port": 8000}]),
     ("deploy", "POST"): RestCase(SANDBOX_B, json={"command": PWN, "port": 8000}),
+    ("links", "GET"): RestCase(SANDBOX_B),
+    ("links", "POST"): RestCase(SANDBOX_B, json={"path": "secret.txt"}),
+    ("link", "DELETE"): RestCase(LINK_B),
     ("manifest", "GET"): RestCase(SANDBOX_B, query={"path": "/workspace"}),
     ("sync", "POST"): RestCase(SANDBOX_B, raw=pwned_tar(), query={"path": "/workspace"}),
     ("sync-delete", "POST"): RestCase(SANDBOX_B, json=SECRET_PATHS),
@@ -270,6 +274,7 @@ def tool_creates(scene, actor, result, created) -> None:
 
 
 TASK_B = [{"task_id": B_JOB, "sandbox_id": B_SB}, {"task_id": B_JOB, "sandbox_id": A_SB}]
+LINK_TOOL_B = [{"link_id": B_LINK, "sandbox_id": B_SB}, {"link_id": B_LINK, "sandbox_id": A_SB}]
 TOOL_CASES: dict[str, ToolCase] = {
     "get_sandbox": ToolCase(on_b()),
     "delete_sandbox": ToolCase(on_b(), write=True),
@@ -294,6 +299,9 @@ TOOL_CASES: dict[str, ToolCase] = {
     "deploy_app": ToolCase(on_b(command=PWN, port=8000), write=True),
     "get_preview_url": ToolCase(on_b(port=8000), write=True),
     "stop_app": ToolCase(on_b(port=8000), write=True),
+    "get_file_link": ToolCase(on_b(path="secret.txt"), write=True),
+    "list_links": ToolCase(on_b()),
+    "revoke_link": ToolCase(LINK_TOOL_B, write=True),
 }
 
 
