@@ -6,9 +6,10 @@ MCP client's list_tools() against the live server, so a new one without a case h
 For each case the answer to a foreign id is compared with the answer to a made-up id: the two
 must be the same (ids cannot be probed). After each, the rows of Sandbox, CommandExecution,
 ApiKey (but its last-use columns), Membership and AccessLink (file links, preview tokens), and
-team B's and team A's sandboxes on the engine (files, processes, status), must be as before. Routes and tools that name no id act
-in the key's team whatever they are told (?team=beta) and show nothing of team B. Then every
-write route and tool, with a viewer's or a read-only key on team A's own sandbox: refused.
+team B's and team A's sandboxes on the engine (files, processes, status), must be as before.
+Routes and tools that name no id act in the key's team whatever they are told (?team=beta)
+and show nothing of team B. Then every write route and tool, with a viewer's or a read-only
+key on team A's own sandbox: refused.
 
 All of it on the in-memory backend, and the cases with ids again on the real Docker engine
 (so "nothing changed" covers real containers); creations only on the in-memory backend.

@@ -115,8 +115,8 @@ def server_errors() -> Iterator[ServerErrors]:
 def target(world) -> Iterator[dict[str, Any]]:
     """A running Docker sandbox of team A with a file (and a link to it) and a background
     command, acted on with a member's key; every sandbox the fuzzing made is deleted
-    afterwards. The instance
-    label holds for the whole module (the server thread reads the same settings)."""
+    afterwards. The instance label holds for the whole module (the server thread reads the
+    same settings)."""
     caches["ratelimit"].clear()  # ids restart after an earlier module's flush: its counts too
     with override_settings(SANDHUB_INSTANCE=INSTANCE), engine_cleaning_up(INSTANCE):
         # Room for one sandbox besides this one: each creation costs a container.
