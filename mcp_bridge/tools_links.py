@@ -33,7 +33,7 @@ LinkId = Annotated[
     str,
     Field(
         description="The link's id, like lnk_k3j9x0a2b4c6 (list_links shows them; "
-        "get_file_link and get_preview_url return theirs as link_id).",
+        "get_file_link returns its own as link_id).",
         min_length=1,
         max_length=40,
     ),

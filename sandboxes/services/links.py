@@ -36,6 +36,7 @@ from tenants.models import Role
 from tenants.principal import Principal
 
 INVALID = "this file link is invalid or has expired; ask for a new one"
+NAME_MAX = 255  # bytes of one name in a path (Linux): a longer one names no file
 FILE_LINK_PATH = "links/"  # under the platform's address: sandboxes/web/sandbox_urls.py
 
 # The download itself is open_file_stream's body, unwrapped from its audit decorator: a use
@@ -66,6 +67,8 @@ def create_file_link(principal: Principal, sandbox_id: str, path: str) -> FileLi
     """A link to one regular file of the sandbox, valid SANDHUB_FILE_LINK_SECONDS."""
     current().target("sandbox", sandbox_id)
     full = validation.path(path)
+    if any(len(name.encode()) > NAME_MAX for name in full.split("/")):
+        raise InvalidInput(f"no file has a name longer than {NAME_MAX} bytes: {full[:100]}…")
     sandbox = running_sandbox(principal, sandbox_id, WRITE, "share file links")
     with backend_errors(sandbox, f"look at {full}", missing=full):
         entries = backend_of(sandbox).list_dir(sandbox.backend_state, full)

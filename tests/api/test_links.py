@@ -128,7 +128,8 @@ def test_who_may_make_see_and_revoke_links(sandbox, clients):
     ghost = clients["alice"].delete(f"{base}lnk_0000ghost000/")
     assert ghost.status_code == 404 and "link lnk_0000ghost000 not found" in ghost.json()["detail"]
     assert clients["alice"].delete(f"{base}nonsense/").status_code == 400
-    for body in [{}, {"path": ""}, {"path": "out.csv", "x": 1}, {"path": "/workspace"}]:
+    bodies = [{}, {"path": ""}, {"path": "out.csv", "x": 1}, {"path": "/workspace"}]
+    for body in [*bodies, {"path": "0" * 4096}, {"path": "a/" + "é" * 128}]:
         answer = clients["alice"].post(base, body, format="json")
         assert answer.status_code == 400, (body, answer.content)
     assert len(clients["alice"].get(base).json()["results"]) == 1

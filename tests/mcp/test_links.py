@@ -114,3 +114,24 @@ def test_viewers_and_other_teams_get_no_file_links(asgi_server, world, shared_sa
     for answer in answers["bob"]:
         assert answer.is_error and f"sandbox {shared_sandbox} not found" in text_of(answer)
     assert fetch(services.file_link_url(f"{asgi_server}/", made.token)).text == REPORT
+
+
+def test_a_viewer_gets_only_a_short_preview_token(asgi_server, world, shared_sandbox):
+    week = {"sandbox_id": shared_sandbox, "port": 8000, "expires_seconds": 7 * 24 * 3600}
+
+    async def conversation():
+        async with mcp(asgi_server, world.keys["alice"]) as client:
+            await client.call_tool("get_preview_url", {"sandbox_id": shared_sandbox, "port": 8000})
+        async with mcp(asgi_server, world.keys["victor"]) as client:
+            long = await client.call_tool("get_preview_url", week, raise_on_error=False)
+            short = await client.call_tool("get_preview_url", {**week, "expires_seconds": 600})
+            listed = await client.call_tool("list_links", {"sandbox_id": shared_sandbox})
+        return long, short.structured_content, listed.structured_content["links"]
+
+    long, short, listed = run(conversation())
+    assert long.is_error and "a viewer may get preview links valid at most 600 s" in text_of(long)
+    assert "sandhub_token=shp_" in short["url"]
+    mine = [link for link in listed if link["created_by"] == "victor"]
+    assert [(link["kind"], link["port"], link["min_role"]) for link in mine] == [
+        ("preview", 8000, "viewer")
+    ]
