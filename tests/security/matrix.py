@@ -9,9 +9,11 @@ import asyncio
 import contextlib
 import difflib
 import hashlib
+import io
 import json
 import os
 import stat
+import tarfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -269,6 +271,14 @@ class Scene:
         if made:
             self.select(actor, "")
             self.baseline = self.state()
+
+
+def pwned_tar() -> bytes:
+    """A tar a sync upload would write (a case's body): pwned.txt."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as archive:
+        archive.addfile(tarfile.TarInfo("pwned.txt"), None)  # an empty file will do
+    return out.getvalue()
 
 
 def make_user(username: str, team: Team, role: str) -> Any:
