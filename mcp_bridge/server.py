@@ -21,6 +21,7 @@ from mcp_bridge import (
     tools_background,
     tools_commands,
     tools_files,
+    tools_links,
     tools_previews,
     tools_sandboxes,
 )
@@ -68,6 +69,7 @@ def build_server(auth: AuthProvider | None = None) -> FastMCP:
     tools_background.register(mcp)
     tools_files.register(mcp)
     tools_previews.register(mcp)
+    tools_links.register(mcp)
     resources.register(mcp)
     prompts.register(mcp)
     _serve_input_schemas(mcp)

@@ -1,5 +1,5 @@
 """Admin for the product: sandboxes (delete through the service), the command history, the
-warm pool and previews (read-only)."""
+warm pool, previews and links (read-only)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from hosts.admin.actions import apply_each
 from sandboxes import services
 from sandboxes.contract.errors import InvalidInput
 from sandboxes.models import (
+    AccessLink,
     CommandExecution,
     CommandStatus,
     Preview,
@@ -341,3 +342,48 @@ class PreviewAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "command",
     )
     readonly_fields = fields
+
+
+@admin.register(AccessLink)
+class AccessLinkAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """File links and preview tokens, read-only: made, listed and revoked through the
+    services (create_file_link, get_preview_url, revoke_link), which authorize and audit
+    each. The secret is not kept (nor shown: its hash opens nothing)."""
+
+    list_display = [
+        "public_id",
+        "kind",
+        "sandbox",
+        "target",
+        "created_by",
+        "min_role",
+        "created_at",
+        "expires_at",
+        "last_used_at",
+        "revoked_at",
+    ]
+    list_filter = ["kind", "min_role", "created_at", ("revoked_at", admin.EmptyFieldListFilter)]
+    search_fields = ["public_id", "sandbox__public_id", "created_by__username", "path"]
+    date_hierarchy = "created_at"
+    list_select_related = ["sandbox", "created_by"]
+    fields = (
+        "public_id",
+        "kind",
+        "sandbox",
+        "path",
+        "preview",
+        "port",
+        "membership",
+        "created_by",
+        "min_role",
+        "created_at",
+        "expires_at",
+        "last_used_at",
+        "revoked_at",
+        "revoked_by",
+    )
+    readonly_fields = fields
+
+    @admin.display(description="opens")
+    def target(self, link: AccessLink) -> str:
+        return link.path if link.kind == "file" else f"port {link.port}"

@@ -63,6 +63,9 @@ EXPECTED_TOOLS = {
     "deploy_app",
     "get_preview_url",
     "stop_app",
+    "get_file_link",
+    "list_links",
+    "revoke_link",
 }
 
 

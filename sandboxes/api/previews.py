@@ -60,10 +60,13 @@ class OpenPreviewSerializer(StrictSerializer):
     port = IntegerField(min_value=1, max_value=65535, help_text="Port inside the sandbox.")
     expires_seconds = IntegerField(
         required=False,
-        default=services.DEFAULT_TOKEN_SECONDS,
+        allow_null=True,
+        default=None,
         min_value=60,
         max_value=services.MAX_TOKEN_SECONDS,
-        help_text="How long the URL's token stays valid.",
+        help_text=f"How long the URL's token stays valid (default "
+        f"{services.DEFAULT_TOKEN_SECONDS}); a viewer's, or a read-only key's, at most "
+        f"{services.VIEWER_TOKEN_SECONDS} (and that by default).",
     )
     public = serializers.BooleanField(
         required=False,
@@ -125,8 +128,9 @@ class PreviewListView(ServiceView):
 
     @extend_schema(
         summary="Open a preview of a port (or take the open one) and get its URL",
-        description="The URL carries a signed token valid for expires_seconds; team members "
-        "signed in need none. Whether anything listens on the port is not checked.",
+        description="The URL carries a token valid for expires_seconds (link_id names it: "
+        "DELETE .../links/{link_id}/ revokes it); team members signed in need none. Whether "
+        "anything listens on the port is not checked.",
         parameters=[TEAM_PARAM],
         request=OpenPreviewSerializer,
         responses={201: PreviewLinkSerializer, **errors(400, 403, 404, 409)},

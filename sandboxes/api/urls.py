@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from sandboxes.api import files, previews, sync, views
+from sandboxes.api import files, links, previews, sync, views
 
 app_name = "api"
 urlpatterns = [
@@ -54,6 +54,12 @@ urlpatterns = [
         name="preview",
     ),
     path("sandboxes/<str:sandbox_id>/deploy/", previews.DeployView.as_view(), name="deploy"),
+    path("sandboxes/<str:sandbox_id>/links/", links.LinkListView.as_view(), name="links"),
+    path(
+        "sandboxes/<str:sandbox_id>/links/<str:link_id>/",
+        links.LinkDetailView.as_view(),
+        name="link",
+    ),
     path("commands/<int:command_id>/", views.CommandDetailView.as_view(), name="command"),
     path("run-once/", views.RunOnceView.as_view(), name="run-once"),
     path("hosts/", views.HostListView.as_view(), name="hosts"),

@@ -313,7 +313,8 @@ class PreviewLink(Result):
     port: int
     preview_id: int
     public: bool = Field(description="anyone with the address may open it, no token needed")
-    token: str = Field(description="signed; valid for this preview only, until expires_at")
+    token: str = Field(description="random; opens this preview only, until expires_at")
+    link_id: str = Field(description="the token's id: list_links shows it, revoke_link takes it")
     expires_at: datetime
 
 
@@ -326,7 +327,8 @@ class DeployedApp(Result):
     command_id: int = Field(
         description="its background command: check_background / cancel_background take it"
     )
-    token: str = Field(description="signed; valid for this preview only, until expires_at")
+    token: str = Field(description="random; opens this preview only, until expires_at")
+    link_id: str = Field(description="the token's id: list_links shows it, revoke_link takes it")
     expires_at: datetime
 
 

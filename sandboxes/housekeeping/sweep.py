@@ -1,5 +1,6 @@
 """Auto-cleanup: delete sandboxes past their lifetime or idle beyond their team's idle
-timeout, and close command rows whose recorder died."""
+timeout, close command rows whose recorder died, and delete file links and preview tokens
+long expired or revoked."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from django.utils import timezone
 from hosts.backends import get_backend
 from sandboxes.contract.errors import BackendFailure, ServiceError
 from sandboxes.housekeeping.config import system_for
-from sandboxes.models import CommandExecution, CommandStatus, Sandbox, SandboxStatus
+from sandboxes.models import AccessLink, CommandExecution, CommandStatus, Sandbox, SandboxStatus
 from tenants.auditing import audited, change, current
 from tenants.models import Team
 from tenants.principal import Principal
@@ -33,6 +34,10 @@ STUCK_AFTER_EXPIRY = timedelta(minutes=10)
 # A sandbox with a command queued or running is in use, whatever last_activity_at says: a
 # background job (or a long foreground one) only touches it when it finishes.
 BUSY_COMMAND_STATUSES = (CommandStatus.QUEUED, CommandStatus.RUNNING)
+# How long a link's row is kept after it expired or was revoked: the sandbox page and admin
+# show who made it, when it was last used and who revoked it while the audit rows that name
+# it (by its id) are fresh; the audit log keeps those for good.
+LINK_RETENTION = timedelta(days=7)
 
 
 @dataclass
@@ -41,6 +46,7 @@ class SweepReport:
     idle: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     abandoned_commands: int = 0
+    links_deleted: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -55,7 +61,9 @@ def sweep(now: datetime | None = None) -> SweepReport:
     meantime keeps an idle sandbox alive.
     """
     now = now or timezone.now()
-    report = SweepReport(abandoned_commands=close_abandoned_commands(now))
+    report = SweepReport(
+        abandoned_commands=close_abandoned_commands(now), links_deleted=delete_old_links(now)
+    )
     for sandbox in _sweepable().filter(expires_at__lte=now):
         if _claim(sandbox, Q(expires_at__lte=now), "expired", now):
             _retire_reporting(sandbox, "expire", report.expired, report)
@@ -70,6 +78,12 @@ def sweep(now: datetime | None = None) -> SweepReport:
             if _claim(sandbox, idle, f"idle for over {team.idle_timeout_minutes} minutes", now):
                 _retire_reporting(sandbox, "idle", report.idle, report)
     return report
+
+
+def delete_old_links(now: datetime) -> int:
+    """Delete the rows of links that ended (expired or revoked) over LINK_RETENTION ago."""
+    deleted, _ = AccessLink.objects.ended_before(now - LINK_RETENTION).delete()
+    return deleted
 
 
 # How long past its own deadline a command row may stay unfinished before the sweep decides

@@ -6,14 +6,21 @@ history (one CommandExecution per command) and leaves one AuditLog row (the `aud
 decorator), and returns a plain result object (sandboxes/contract/results.py). Another
 team's sandbox is "not found".
 
-Split by topic: sandboxes, lifetime, commands, background (+ jobs), files, archives, links,
-sync (+ its tar streams), previews (+ the proxy's access and tokens), hosts (+ housekeeping
+Split by topic: sandboxes, lifetime, commands, background (+ jobs), files, archives, links
+(file links; access_links: the rows of file links and preview tokens, listed and revoked),
+sync (+ its tar streams), previews (+ the proxy's access and addresses), hosts (+ housekeeping
 runs), team, selection and workflows (run_tests, run_once);
 common.py holds what they all do the same way. Interfaces import this package and nothing
 below it (import-linter checks it).
 """
 
 from hosts.backends.base import PortStream  # the proxy's stream type, without the backends
+from sandboxes.services.access_links import (
+    DEFAULT_TOKEN_SECONDS,
+    VIEWER_TOKEN_SECONDS,
+    list_links,
+    revoke_link,
+)
 from sandboxes.services.archives import open_archive_stream
 from sandboxes.services.background import (
     BACKGROUND_TAIL_BYTES,
@@ -54,9 +61,14 @@ from sandboxes.services.hosts import (
 )
 from sandboxes.services.hostsetup import LoginSecret, add_host, read_host_key
 from sandboxes.services.lifetime import extend_sandbox, extendable_minutes, latest_expiry
-from sandboxes.services.links import FileLink, LinkedFile, create_file_link, open_file_link
+from sandboxes.services.links import (
+    FileLink,
+    LinkedFile,
+    create_file_link,
+    file_link_url,
+    open_file_link,
+)
 from sandboxes.services.previews import (
-    DEFAULT_TOKEN_SECONDS,
     DEFAULT_WAIT_SECONDS,
     MAX_WAIT_SECONDS,
     DeployFailed,
@@ -130,6 +142,10 @@ __all__ = [
     "cancel_background",
     "check_background",
     "create_file_link",
+    "file_link_url",
+    "list_links",
+    "revoke_link",
+    "VIEWER_TOKEN_SECONDS",
     "create_sandbox",
     "decode_output",
     "delete_sandbox",

@@ -1,10 +1,11 @@
 """Previews: a port of a sandbox reached through the platform (the proxy in sandboxes/proxy/).
 
 deploy_app starts an app as a background command and waits until its port answers;
-get_preview_url opens a preview of a port (an app started any other way) and hands out a
-signed, expiring token for it; stop_app closes the preview and stops its command; and
+get_preview_url opens a preview of a port (an app started any other way) and hands out an
+expiring token for it; stop_app closes the preview and stops its command; and
 list_previews shows the open ones. Who may then open a preview, and the stream to its port,
-is the proxy's side (previews_access.py); tokens and addresses are in previews_tokens.py.
+is the proxy's side (previews_access.py); addresses are in previews_tokens.py, and tokens are
+rows with the rules of access_links.py (a viewer's live at most VIEWER_TOKEN_SECONDS).
 
 Limits are the team's: which ports (Team.allowed_preview_ports), how many open previews per
 sandbox (Team.max_previews_per_sandbox), and whether its owners and admins may make one
@@ -16,11 +17,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from django.db import transaction
-from django.utils import timezone
 
 from hosts.backends.base import BackendError, PortClosed, SandboxGone, Unsupported
 from sandboxes.contract.errors import (
@@ -33,19 +32,19 @@ from sandboxes.contract.errors import (
     ServiceError,
 )
 from sandboxes.contract.results import BackgroundCheck, DeployedApp, PreviewInfo, PreviewLink
-from sandboxes.models import CommandStatus, Preview, Sandbox, SandboxStatus
+from sandboxes.models import AccessLink, CommandStatus, Preview, Sandbox, SandboxStatus
 from sandboxes.policy import access, validation
 from sandboxes.policy.access import READ, WRITE
+from sandboxes.services import access_links
 from sandboxes.services.background import cancel_background, check_background, start_background
 from sandboxes.services.common import backend_of, mark_lost, running_sandbox
-from sandboxes.services.previews_tokens import MAX_TOKEN_SECONDS, mint_token
+from sandboxes.services.previews_tokens import MAX_TOKEN_SECONDS
 from tenants.auditing import AUDIT_VIEW, audited, change, current, unaudited
 from tenants.models import Role, Team
 from tenants.principal import Principal
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-DEFAULT_TOKEN_SECONDS = 3600
 MIN_TOKEN_SECONDS = 60
 DEFAULT_WAIT_SECONDS = 30.0
 MAX_WAIT_SECONDS = 300.0
@@ -112,15 +111,18 @@ def deploy_app(
             f"The end of its log:\n{tail or '(empty)'}"
         )
     preview = _open_row(principal, sandbox, port, None, command_id=started.id)
-    token, expires_at = _token(principal, sandbox, preview, DEFAULT_TOKEN_SECONDS)
-    current().details.update({"preview_id": preview.pk, "expires_at": expires_at.isoformat()})
+    link, token = access_links.mint_preview_token(principal, sandbox, preview, None)
+    current().details.update(
+        {"preview_id": preview.pk, "link_id": link.public_id, "expires_at": _iso(link)}
+    )
     return DeployedApp(
         sandbox_id=sandbox.public_id,
         port=port,
         preview_id=preview.pk,
         command_id=started.id,
         token=token,
-        expires_at=expires_at,
+        link_id=link.public_id,
+        expires_at=link.expires_at,
     )
 
 
@@ -130,20 +132,24 @@ def get_preview_url(
     sandbox_id: str,
     port: int,
     *,
-    expires_seconds: int = DEFAULT_TOKEN_SECONDS,
+    expires_seconds: int | None = None,
     public: bool | None = None,
 ) -> PreviewLink:
     """Open a preview of the port (or take the one open) and a token for it, valid
-    expires_seconds. public: true opens it to anyone with the address (team owners and
-    admins, if the team allows it), false closes that again, None leaves it as it is.
+    expires_seconds (None: DEFAULT_TOKEN_SECONDS, or the most a viewer may have). public:
+    true opens it to anyone with the address (team owners and admins, if the team allows
+    it), false closes that again, None leaves it as it is.
 
-    A viewer may get a link to a preview already open (he may look at it with his session
-    too; a preview host name does not see that session), never open one or change it."""
+    A viewer (or a read-only key) may get a short token for a preview already open (he may
+    look at it with his session too; a preview host name does not see that session), never
+    open one or change it."""
     current().target("sandbox", sandbox_id)
     port = _port_number(port)
-    seconds = int(
-        _seconds(expires_seconds, "expires_seconds", MIN_TOKEN_SECONDS, MAX_TOKEN_SECONDS)
-    )
+    seconds = None
+    if expires_seconds is not None:
+        seconds = int(
+            _seconds(expires_seconds, "expires_seconds", MIN_TOKEN_SECONDS, MAX_TOKEN_SECONDS)
+        )
     if public is not None and not isinstance(public, bool):
         raise InvalidInput("public must be true, false or null")
     sandbox = running_sandbox(principal, sandbox_id, READ, "see previews")
@@ -153,13 +159,14 @@ def get_preview_url(
     if public:
         _require_public_allowed(principal, sandbox.team)
     preview = _open_row(principal, sandbox, port, public)
-    token, expires_at = _token(principal, sandbox, preview, seconds)
+    link, token = access_links.mint_preview_token(principal, sandbox, preview, seconds)
     current().details.update(
         {
             "port": port,
             "preview_id": preview.pk,
             "public": preview.public,
-            "expires_at": expires_at.isoformat(),
+            "link_id": link.public_id,
+            "expires_at": _iso(link),
         }
     )
     return PreviewLink(
@@ -168,7 +175,8 @@ def get_preview_url(
         preview_id=preview.pk,
         public=preview.public,
         token=token,
-        expires_at=expires_at,
+        link_id=link.public_id,
+        expires_at=link.expires_at,
     )
 
 
@@ -286,15 +294,8 @@ def _open_row(
         return preview
 
 
-def _token(
-    principal: Principal, sandbox: Sandbox, preview: Preview, seconds: int
-) -> tuple[str, datetime]:
-    expires_at = (timezone.now() + timedelta(seconds=seconds)).replace(microsecond=0)
-    creator = principal.user.pk if principal.user else None
-    if creator is None:  # the system: the token acts for whoever opened the preview
-        creator = preview.created_by_id
-    token = mint_token(sandbox.public_id, preview.port, preview.pk, expires_at, creator)
-    return token, expires_at
+def _iso(link: AccessLink) -> str:
+    return link.expires_at.isoformat()
 
 
 def _stop(principal: Principal, sandbox: Sandbox, preview: Preview, reason: str) -> bool:

@@ -2,7 +2,9 @@
 
 authorize_preview runs on every proxied request, so it costs a few indexed reads and no
 audit row, except the first time a session, a token (or, for a public preview, an address
-within the hour) opens the preview: that is "preview.opened", remembered in the cache.
+within the hour) opens the preview: that is "preview.opened", remembered in the cache. A
+token is a row (access_links.py): one indexed read by its hash, joined with its creator's
+membership, which decides whether it still works.
 Every refusal is the same NotFound: another team's sandbox, a stopped preview, a forged or
 expired token and no credentials at all cannot be told apart.
 """
@@ -14,16 +16,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.utils import timezone
 
 from hosts.backends.base import BackendError, PortClosed, PortStream, SandboxGone
 from sandboxes.contract.errors import BackendFailure, InvalidInput, NotFound
-from sandboxes.models import Preview, Sandbox, SandboxStatus
+from sandboxes.models import AccessLink, Preview, Sandbox, SandboxStatus
 from sandboxes.policy import validation
+from sandboxes.services import access_links
 from sandboxes.services.common import ACTIVITY_WRITE_INTERVAL, backend_of, mark_lost, touch
-from sandboxes.services.previews_tokens import INVALID, read_token
+from sandboxes.services.previews_tokens import INVALID
 from tenants import audit
 from tenants.apikeys import clean_address
 from tenants.models import AuditKind, Channel, Membership
@@ -73,11 +75,12 @@ def _authorized(request: PreviewRequest) -> tuple[PreviewGrant, Sandbox]:
         _audit_once(grant, sandbox, request, who, SESSION_AUDIT_SECONDS, membership.user)
         return grant, sandbox
     if request.token:
-        by_token = _token_grant(request.token, sandbox, preview)
-        if by_token is not None:
-            left = (by_token.token_expires_at or timezone.now()) - timezone.now()
-            seconds = max(1, int(left.total_seconds()))
-            _audit_once(by_token, sandbox, request, _digest(request.token), seconds, None)
+        found = _token_grant(request.token, sandbox, preview)
+        if found is not None:
+            by_token, link = found
+            seconds = max(1, int((link.expires_at - timezone.now()).total_seconds()))
+            _audit_once(by_token, sandbox, request, link.public_id, seconds, None, link)
+            access_links.mark_used(link, access_links.LAST_USED_INTERVAL)
             return by_token, sandbox
     if preview.public and sandbox.team.allow_public_previews:
         grant = PreviewGrant(sandbox.public_id, preview.port, preview.pk, "public", None, None)
@@ -117,28 +120,21 @@ def _member(user_id: int | None, sandbox: Sandbox) -> Membership | None:
     )
 
 
-def _token_grant(token: str, sandbox: Sandbox, preview: Preview) -> PreviewGrant | None:
-    try:
-        claims = read_token(token)
-    except NotFound:
+def _token_grant(
+    token: str, sandbox: Sandbox, preview: Preview
+) -> tuple[PreviewGrant, AccessLink] | None:
+    """The grant of a token made for exactly this open preview, while it works (it acts for
+    its creator: access_links.usable); None for any other token."""
+    link = access_links.preview_token(token, preview)
+    if link is None:
         return None
-    if (claims.sandbox_id, claims.port, claims.preview_id) != (
-        sandbox.public_id,
-        preview.port,
-        preview.pk,
-    ):
+    link.preview = preview
+    if not access_links.usable(link):
         return None
-    # A token acts for its maker: one who left the team (or was deactivated) takes it along.
-    if claims.creator_id is None:
-        return None
-    maker_stays = Membership.objects.filter(
-        user_id=claims.creator_id, user__is_active=True, team_id=sandbox.team_id
-    ).exists()
-    if not maker_stays:
-        return None
-    return PreviewGrant(
-        sandbox.public_id, preview.port, preview.pk, "token", token, claims.expires_at
+    grant = PreviewGrant(
+        sandbox.public_id, preview.port, preview.pk, "token", token, link.expires_at
     )
+    return grant, link
 
 
 def _digest(text: str) -> str:
@@ -152,6 +148,7 @@ def _audit_once(
     who: str,
     seconds: int,
     user: Any,
+    link: AccessLink | None = None,
 ) -> None:
     """One "preview.opened" row per preview and session / token / public visitor, for as
     long as the cache remembers it (per process with the in-memory cache)."""
@@ -159,11 +156,10 @@ def _audit_once(
     if not cache.add(key, 1, timeout=seconds):
         return
     details: dict[str, Any] = {"port": grant.port, "preview_id": grant.preview_id, "via": grant.via}
-    if grant.via == "token" and grant.token_expires_at is not None:
-        details["token_expires_at"] = grant.token_expires_at.isoformat()
-        creator = read_token(grant.token).creator_id
-        maker = get_user_model().objects.filter(pk=creator).first() if creator else None
-        details["created_by"] = maker.get_username() if maker else None
+    if link is not None:
+        details["link_id"] = link.public_id
+        details["token_expires_at"] = link.expires_at.isoformat()
+        details["created_by"] = link.membership.user.get_username()
     principal = Principal(
         user=user,
         team=sandbox.team,

@@ -1,10 +1,8 @@
-"""Preview tokens and addresses: what a preview URL looks like, and the signed token in it.
+"""Preview addresses, and the names of a preview token on its way in.
 
-A token is the signed (django.core.signing.TimestampSigner, a salt of its own) description
-of what it opens: the sandbox's public id, the port, the preview's id, its expiry and who
-made it. No table: it dies when it expires, when its preview stops (a preview opened again
-on the same port has a new id), when its sandbox goes, or when its maker leaves the team.
-Every refusal is NotFound, whatever the reason, so a token cannot be probed.
+Tokens themselves are rows (sandboxes.models.AccessLink; rules in access_links.py): a random
+secret that opens one preview, for the proxy to turn into a cookie. Every refusal is
+NotFound, whatever the reason, so a token cannot be probed.
 
 Addresses: with SANDHUB_PREVIEW_DOMAIN set, each preview is an origin of its own,
 `PORT-SANDBOX.<domain>` (the sandbox id with '-' for '_': host names have no '_');
@@ -14,75 +12,17 @@ without it, a path on the platform's own origin, `/preview/SANDBOX/PORT/`.
 from __future__ import annotations
 
 import re
-import time
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from django.conf import settings
-from django.core import signing
-
-from sandboxes.contract.errors import NotFound
 
 PREVIEW_TOKEN_PARAM = "sandhub_token"  # the query parameter of a first visit
 PREVIEW_COOKIE = "sandhub_preview"  # the cookie the proxy turns it into
-SALT = "sandhub.preview-token"
 INVALID = "this preview is not available: not found, stopped, or the link has expired"
-# A backstop on top of each token's own expiry (get_preview_url's maximum).
-MAX_TOKEN_SECONDS = 7 * 24 * 3600
-MAX_TOKEN_CHARS = 1000
+MAX_TOKEN_SECONDS = 7 * 24 * 3600  # the longest a preview token lives (get_preview_url)
 
 # A host-mode label: "8000-sb-k3j9x0a2b4c6" (port, then the sandbox id with '-' for '_').
 _LABEL = re.compile(r"^(?P<port>[0-9]{1,5})-sb-(?P<rest>[a-z0-9]{6,29})$")
-
-
-@dataclass(frozen=True)
-class TokenClaims:
-    sandbox_id: str
-    port: int
-    preview_id: int
-    expires_at: datetime
-    creator_id: int | None
-
-
-def _signer() -> signing.TimestampSigner:
-    return signing.TimestampSigner(salt=SALT)
-
-
-def mint_token(
-    sandbox_id: str, port: int, preview_id: int, expires_at: datetime, creator_id: int | None
-) -> str:
-    payload = {
-        "s": sandbox_id,
-        "p": port,
-        "i": preview_id,
-        "e": int(expires_at.timestamp()),
-        "u": creator_id,
-    }
-    return _signer().sign_object(payload, compress=True)
-
-
-def read_token(token: Any) -> TokenClaims:
-    """The claims of a genuine, unexpired token; NotFound for anything else."""
-    if not isinstance(token, str) or not token or len(token) > MAX_TOKEN_CHARS:
-        raise NotFound(INVALID)
-    try:
-        payload = _signer().unsign_object(token, max_age=MAX_TOKEN_SECONDS)
-    except (signing.BadSignature, ValueError):  # tampered, too old, or no token at all
-        raise NotFound(INVALID) from None
-    if not isinstance(payload, dict) or not all(k in payload for k in "spieu"):
-        raise NotFound(INVALID)
-    expires = payload["e"]
-    if not isinstance(expires, int) or expires <= time.time():
-        raise NotFound(INVALID)
-    return TokenClaims(
-        sandbox_id=str(payload["s"]),
-        port=int(payload["p"]),
-        preview_id=int(payload["i"]),
-        expires_at=datetime.fromtimestamp(expires, tz=UTC),
-        creator_id=payload["u"],
-    )
 
 
 def preview_domain() -> str:

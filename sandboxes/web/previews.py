@@ -29,8 +29,9 @@ from sandboxes.web.principal import identity_for, principal_for, team_required
 from sandboxes.web.sandbox import render_page
 
 # The token of an "Open" click in host mode becomes the preview's cookie in that browser, so
-# its life is how long the opened tab keeps working: an hour, then "Open" again. (The token
-# never stays in the address bar: the proxy swaps it for the cookie with a redirect.)
+# its life is how long the opened tab keeps working: an hour, then "Open" again (a viewer's:
+# the most he may have, services.VIEWER_TOKEN_SECONDS). The token never stays in the address
+# bar: the proxy swaps it for the cookie with a redirect.
 OPEN_TOKEN_SECONDS = 3600
 FIELD_WORDS = {"port": "port", "wait": "wait_seconds", "command": "command"}
 
@@ -132,9 +133,9 @@ def open_preview(request: HttpRequest, sandbox_id: str, port: int) -> HttpRespon
             raise NotFound(f"no open preview on port {port} of sandbox {sandbox_id}")
         token = None
         if host_mode() and not is_public(request, info):
-            link = services.get_preview_url(
-                principal, sandbox_id, port, expires_seconds=OPEN_TOKEN_SECONDS
-            )
+            writer = identity_for(request).can_write
+            seconds = OPEN_TOKEN_SECONDS if writer else services.VIEWER_TOKEN_SECONDS
+            link = services.get_preview_url(principal, sandbox_id, port, expires_seconds=seconds)
             token = link.token
     except ServiceError as exc:
         return refused(request, exc)

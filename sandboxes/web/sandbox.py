@@ -1,7 +1,7 @@
 """The sandbox page: status, limits, expiry (and extending it), the command runner (its
-stream is sandboxes/web/sandbox_run.py), recent commands, files, background jobs and previews
-(sandboxes/web/previews_section.py); and the sandbox's command history with each command's
-full output.
+stream is sandboxes/web/sandbox_run.py), recent commands, files, background jobs, previews
+(sandboxes/web/previews_section.py) and links (sandboxes/web/links.py); and the sandbox's
+command history with each command's full output.
 
 Every view calls services only. Another team's sandbox is not found (404) by the services;
 a viewer gets the page without its write controls, and the services refuse his POSTs.
@@ -22,6 +22,7 @@ from sandboxes import services
 from sandboxes.contract.errors import NotFound, ServiceError
 from sandboxes.contract.results import CommandResult, FileEntry, SandboxInfo
 from sandboxes.web.common import attach_error, paginate, query_without_page, refused
+from sandboxes.web.links import links_context
 from sandboxes.web.previews_section import previews_context
 from sandboxes.web.principal import identity_for, principal_for, team_required
 from sandboxes.web.sandbox_forms import (
@@ -76,6 +77,7 @@ def render_page(
         "jobs": [c for c in history if c.background][:RECENT_JOBS],
         **listing,
         **previews,
+        **links_context(request, sandbox_id),
     }
     return render(request, "web/sandbox/page.html", context, status=status)
 

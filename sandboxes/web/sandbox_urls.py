@@ -1,4 +1,5 @@
-"""URLs of the sandbox page, its files, jobs, previews and command history, and of file links.
+"""URLs of the sandbox page, its files, jobs, previews, links and command history, and of file
+links themselves.
 
 Included by sandboxes/web/urls.py into the "web" namespace, at the site root.
 """
@@ -33,6 +34,7 @@ urlpatterns = [
     path(S + "previews/deploy/", previews.deploy, name="sandbox-deploy"),
     path(S + "previews/<int:port>/open/", previews.open_preview, name="sandbox-preview-open"),
     path(S + "previews/<int:port>/stop/", previews.stop, name="sandbox-preview-stop"),
+    path(S + "links/<str:link_id>/revoke/", links.revoke, name="sandbox-link-revoke"),
     # A file link: downloads one file without a session (the token is the credential).
     path("links/<str:token>/", links.open_link, name="file-link"),
 ]

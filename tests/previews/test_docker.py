@@ -26,8 +26,7 @@ from websockets.sync.client import connect as ws_connect
 
 from sandboxes import services
 from sandboxes.contract.results import UploadFile
-from sandboxes.models import Preview, Sandbox
-from sandboxes.services import previews_tokens
+from sandboxes.models import AccessLink, Preview, Sandbox
 from tests.live import World, run
 from tests.memory import MIB, peak_rss, reset_peak_rss
 
@@ -139,18 +138,17 @@ def test_who_may_open_a_preview(deployed, asgi_server, world):
 
 def test_an_expired_token_is_refused(deployed, asgi_server, world):
     box = deployed["box"]["id"]
-    preview = Preview.objects.get(sandbox__public_id=box, port=APP_PORT, stopped_at=None)
-    stale = previews_tokens.mint_token(
-        box, APP_PORT, preview.pk, timezone.now() - timedelta(seconds=1), world.alice.pk
-    )
+    stale = services.get_preview_url(world.principal(), box, APP_PORT, expires_seconds=300)
+    fresh = services.get_preview_url(world.principal(), box, APP_PORT, expires_seconds=300)
+    over = timezone.now() - timedelta(seconds=1)
+    AccessLink.objects.filter(public_id=stale.link_id).update(expires_at=over)
     with httpx.Client() as http:
         url = f"{asgi_server}/preview/{box}/{APP_PORT}/hello"
-        assert http.get(url, params={"sandhub_token": stale}).status_code == 404
-        assert http.get(url, headers={"Cookie": f"sandhub_preview={stale}"}).status_code == 404
-        fresh = previews_tokens.mint_token(
-            box, APP_PORT, preview.pk, timezone.now() + timedelta(minutes=5), world.alice.pk
-        )
-        assert http.get(url, headers={"Cookie": f"sandhub_preview={fresh}"}).status_code == 200
+        assert http.get(url, params={"sandhub_token": stale.token}).status_code == 404
+        cookie = {"Cookie": f"sandhub_preview={stale.token}"}
+        assert http.get(url, headers=cookie).status_code == 404
+        cookie = {"Cookie": f"sandhub_preview={fresh.token}"}
+        assert http.get(url, headers=cookie).status_code == 200
 
 
 def test_host_name_mode(deployed, asgi_server, world, settings):

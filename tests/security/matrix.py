@@ -9,9 +9,11 @@ import asyncio
 import contextlib
 import difflib
 import hashlib
+import io
 import json
 import os
 import stat
+import tarfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -23,7 +25,7 @@ from django.contrib.auth import get_user_model
 from django.db import connections
 
 from sandboxes import services
-from sandboxes.models import CommandExecution, Sandbox
+from sandboxes.models import AccessLink, CommandExecution, Sandbox
 from tenants.models import ApiKey, Membership, Role, Team
 from tenants.principal import Principal
 from tests.fakes import FakeBackend
@@ -39,12 +41,13 @@ ACTORS = {
 }
 # Placeholders in the cases, replaced by real ids, or by made-up ones for the comparison.
 B_SB, B_CMD, B_JOB, A_SB, A_JOB = "<B_SB>", "<B_CMD>", "<B_JOB>", "<A_SB>", "<A_JOB>"
-GHOST = {B_SB: "sb_0000ghost000", B_CMD: 2**62 + 1, B_JOB: 2**62 + 2}
+B_LINK = "<B_LINK>"  # a file link of team B's sandbox (its id: lnk_...)
+GHOST = {B_SB: "sb_0000ghost000", B_CMD: 2**62 + 1, B_JOB: 2**62 + 2, B_LINK: "lnk_0000ghost000"}
 ENGINES = ("team B", "team A")
 BACKENDS = {"fake": "tests.fakes.FakeBackend", "docker": "hosts.backends.docker.DockerBackend"}
 # Columns that change when a key is merely used: every request touches its own key.
 VOLATILE = {ApiKey: {"last_used_at", "last_used_address"}}
-TABLES: tuple[type[Any], ...] = (Sandbox, CommandExecution, ApiKey, Membership)
+TABLES: tuple[type[Any], ...] = (Sandbox, CommandExecution, ApiKey, Membership, AccessLink)
 # The same from inside the container, for an engine whose volumes are not on this machine.
 LIST_WORKSPACE = (
     "find /workspace -xdev -printf '%y %m %s %T@ %p\\n' | sort; "
@@ -84,7 +87,9 @@ def engines_named(template: Any, *, own: bool = False) -> tuple[str, ...]:
     """Whose sandbox on the engine a case's ids name (team A's instead of B's with `own`)."""
     text = json.dumps(template)
     named = (
-        {"team A" if own else "team B"} if any(p in text for p in (B_SB, B_CMD, B_JOB)) else set()
+        {"team A" if own else "team B"}
+        if any(p in text for p in (B_SB, B_CMD, B_JOB, B_LINK))
+        else set()
     )
     if A_SB in text or A_JOB in text:
         named.add("team A")
@@ -191,11 +196,14 @@ class Scene:
             B_SB: self.foreign["sandbox"],
             B_CMD: self.foreign["command"],
             B_JOB: self.foreign["job"],
+            B_LINK: self.foreign["link"],
             A_SB: self.own["sandbox"],
             A_JOB: self.own["job"],
         }
         if own:
-            ids.update({B_SB: self.own["sandbox"], B_JOB: self.own["job"]})
+            ids.update(
+                {B_SB: self.own["sandbox"], B_JOB: self.own["job"], B_LINK: self.own["link"]}
+            )
         return {**ids, **GHOST} if ghost else ids
 
     def fill(self, template: Any, **which: bool) -> Any:
@@ -265,6 +273,14 @@ class Scene:
             self.baseline = self.state()
 
 
+def pwned_tar() -> bytes:
+    """A tar a sync upload would write (a case's body): pwned.txt."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as archive:
+        archive.addfile(tarfile.TarInfo("pwned.txt"), None)  # an empty file will do
+    return out.getvalue()
+
+
 def make_user(username: str, team: Team, role: str) -> Any:
     user = get_user_model().objects.create(username=username)
     Membership.objects.create(user=user, team=team, role=role)
@@ -272,13 +288,21 @@ def make_user(username: str, team: Team, role: str) -> Any:
 
 
 def populate(principal: Principal, secret: str) -> dict[str, Any]:
-    """A sandbox with a file, a finished command and a silent background command."""
+    """A sandbox with a file (and a link to it), a finished command and a silent background
+    command."""
     sandbox = services.create_sandbox(principal, name=f"{principal.team} sandbox", memory_mb=256)
     services.write_file(principal, sandbox.id, "secret.txt", secret)
+    link = services.create_file_link(principal, sandbox.id, "secret.txt")
     command = services.run_command(principal, sandbox.id, "echo done")
     job = services.start_background(principal, sandbox.id, "sleep 900")
     container = Sandbox.objects.get(public_id=sandbox.id).backend_state["container_id"]
-    return {"sandbox": sandbox.id, "command": command.id, "job": job.id, "container": container}
+    return {
+        "sandbox": sandbox.id,
+        "command": command.id,
+        "job": job.id,
+        "link": link.link_id,
+        "container": container,
+    }
 
 
 def delete_all(*owners: Principal) -> None:

@@ -5,10 +5,11 @@ The routes come from Django's URL resolver (sandboxes/api/urls.py) and the tools
 MCP client's list_tools() against the live server, so a new one without a case here fails.
 For each case the answer to a foreign id is compared with the answer to a made-up id: the two
 must be the same (ids cannot be probed). After each, the rows of Sandbox, CommandExecution,
-ApiKey (but its last-use columns) and Membership, and team B's and team A's sandboxes on the
-engine (files, processes, status), must be as before. Routes and tools that name no id act
-in the key's team whatever they are told (?team=beta) and show nothing of team B. Then every
-write route and tool, with a viewer's or a read-only key on team A's own sandbox: refused.
+ApiKey (but its last-use columns), Membership and AccessLink, and team B's and team A's
+sandboxes on the engine (files, processes, status), must be as before. Routes and tools that
+name no id act in the key's team whatever they are told (?team=beta) and show nothing of team
+B. Then every write route and tool, with a viewer's or a read-only key on team A's own
+sandbox: refused.
 
 All of it on the in-memory backend, and the cases with ids again on the real Docker engine
 (so "nothing changed" covers real containers); creations only on the in-memory backend.
@@ -16,9 +17,7 @@ All of it on the in-memory backend, and the cases with ids again on the real Doc
 
 from __future__ import annotations
 
-import io
 import json
-import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +28,8 @@ from django.urls import URLPattern, get_resolver, reverse
 from fastmcp import Client
 
 from tests.live import run
-from tests.security.matrix import A_SB, ACTORS, B_CMD, B_JOB, B_SB, engines_named
+from tests.security import matrix
+from tests.security.matrix import A_SB, ACTORS, B_CMD, B_JOB, B_LINK, B_SB, engines_named
 
 pytestmark = pytest.mark.filterwarnings("ignore:The logging capability is deprecated")
 
@@ -88,17 +88,10 @@ def creates_in_team_a(status: int) -> Callable[..., None]:
     return check
 
 
-def pwned_tar() -> bytes:
-    """A tar a sync upload would write: pwned.txt."""
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w") as archive:
-        archive.addfile(tarfile.TarInfo("pwned.txt"), None)  # an empty file will do
-    return out.getvalue()
-
-
 SANDBOX_B = [{"sandbox_id": B_SB}]
 SECRET_PATHS = {"path": "/workspace", "paths": ["secret.txt"]}
 JOB_B = [{"sandbox_id": B_SB, "command_id": B_JOB}, {"sandbox_id": A_SB, "command_id": B_JOB}]
+LINK_B = [{"sandbox_id": B_SB, "link_id": B_LINK}, {"sandbox_id": A_SB, "link_id": B_LINK}]
 REST_CASES: dict[tuple[str, str], RestCase] = {
     ("sandboxes", "GET"): RestCase(scoped=listed_in_team_a),
     ("sandboxes", "POST"): RestCase(json={"name": "where?"}, scoped=creates_in_team_a(201)),
@@ -120,8 +113,11 @@ REST_CASES: dict[tuple[str, str], RestCase] = {
     ("previews", "POST"): RestCase(SANDBOX_B, json={"port": 8000}),
     ("preview", "DELETE"): RestCase([{"sandbox_id": B_SB, "port": 8000}]),
     ("deploy", "POST"): RestCase(SANDBOX_B, json={"command": PWN, "port": 8000}),
+    ("links", "GET"): RestCase(SANDBOX_B),
+    ("links", "POST"): RestCase(SANDBOX_B, json={"path": "secret.txt"}),
+    ("link", "DELETE"): RestCase(LINK_B),
     ("manifest", "GET"): RestCase(SANDBOX_B, query={"path": "/workspace"}),
-    ("sync", "POST"): RestCase(SANDBOX_B, raw=pwned_tar(), query={"path": "/workspace"}),
+    ("sync", "POST"): RestCase(SANDBOX_B, raw=matrix.pwned_tar(), query={"path": "/workspace"}),
     ("sync-delete", "POST"): RestCase(SANDBOX_B, json=SECRET_PATHS),
     ("sync-download", "POST"): RestCase(SANDBOX_B, json=SECRET_PATHS),
 }
@@ -294,6 +290,9 @@ TOOL_CASES: dict[str, ToolCase] = {
     "deploy_app": ToolCase(on_b(command=PWN, port=8000), write=True),
     "get_preview_url": ToolCase(on_b(port=8000), write=True),
     "stop_app": ToolCase(on_b(port=8000), write=True),
+    "get_file_link": ToolCase(on_b(path="secret.txt"), write=True),
+    "list_links": ToolCase(on_b()),
+    "revoke_link": ToolCase(LINK_B, write=True),
 }
 
 

@@ -113,9 +113,10 @@ def server_errors() -> Iterator[ServerErrors]:
 
 @pytest.fixture(scope="module")
 def target(world) -> Iterator[dict[str, Any]]:
-    """A running Docker sandbox of team A with a file and a background command, acted on
-    with a member's key; every sandbox the fuzzing made is deleted afterwards. The instance
-    label holds for the whole module (the server thread reads the same settings)."""
+    """A running Docker sandbox of team A with a file (and a link to it) and a background
+    command, acted on with a member's key; every sandbox the fuzzing made is deleted
+    afterwards. The instance label holds for the whole module (the server thread reads the
+    same settings)."""
     caches["ratelimit"].clear()  # ids restart after an earlier module's flush: its counts too
     with override_settings(SANDHUB_INSTANCE=INSTANCE), engine_cleaning_up(INSTANCE):
         # Room for one sandbox besides this one: each creation costs a container.
@@ -125,8 +126,14 @@ def target(world) -> Iterator[dict[str, Any]]:
         sandbox_id = services.create_sandbox(member, name="fuzzed", memory_mb=256).id
         services.run_command(member, sandbox_id, "mkdir -p d && echo hello > d/hello.txt")
         job = services.start_background(member, sandbox_id, "sleep 600")
+        link = services.create_file_link(member, sandbox_id, "d/hello.txt")
         try:
-            yield {"sandbox_id": sandbox_id, "command_id": job.id, "key": world.keys["dave"]}
+            yield {
+                "sandbox_id": sandbox_id,
+                "command_id": job.id,
+                "link_id": link.link_id,
+                "key": world.keys["dave"],
+            }
         finally:
             for sandbox in Sandbox.objects.filter(team=world.team_a).exclude(status="deleted"):
                 with contextlib.suppress(Exception):
@@ -222,7 +229,9 @@ def api_schema(request, asgi_server, target, server_errors):
         ),
         # Each valid request runs pytest in the container (~0.7 s).
         few=("/api/v1/sandboxes/{sandbox_id}/run-tests/",),
-        parameters={f"path.{name}": target[name] for name in ("sandbox_id", "command_id")},
+        parameters={
+            f"path.{name}": target[name] for name in ("sandbox_id", "command_id", "link_id")
+        },
         **{"base-url": asgi_server},
     )
     return schemathesis.openapi.from_dict(tightened(served.json()), config=config)
