@@ -119,8 +119,9 @@ async def bridge(
     async def watch() -> None:
         nonlocal idled
         await idle.expired()
-        idled = True
-        tasks.cancel_scope.cancel()
+        if not browser_gone.is_set():  # else the close is under way already
+            idled = True
+            tasks.cancel_scope.cancel()
 
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(from_app)
