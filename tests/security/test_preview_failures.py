@@ -14,6 +14,7 @@ import pytest
 from django.core.cache import cache
 
 from sandboxes import services
+from sandboxes.proxy import fairshare
 from tests.fakes import FakeBackend
 from tests.security.preview_asgi import request, session_cookie
 
@@ -83,3 +84,4 @@ def test_a_broken_app_is_a_502_with_one_log_line(broken, as_alice, alice, caplog
     proxy_lines = [r for r in caplog.records if r.name == "sandhub.previews"]
     assert len(proxy_lines) == 1 and proxy_lines[0].levelno == logging.WARNING
     assert sandbox in proxy_lines[0].getMessage() and "\n" not in proxy_lines[0].getMessage()
+    assert fairshare.in_use() == {"sandboxes": {}, "teams": {}}  # given back on this path too
