@@ -35,8 +35,9 @@ def site_of(host: str) -> str | None:
     name = host.strip().lower().lstrip(".").rstrip(".")
     if name.startswith("["):
         return None  # an IPv6 literal
-    name = name.rsplit(":", 1)[0]
-    if not name or "*" in name or _is_ip(name):
+    if name.count(":") == 1:
+        name = name.split(":")[0]  # a port
+    if not name or "*" in name or ":" in name or _is_ip(name):
         return None
     labels = name.split(".")
     if labels[-1] == "localhost":
