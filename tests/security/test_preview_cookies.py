@@ -52,10 +52,10 @@ class Stage:
 
 
 @pytest.fixture
-def stage(fake_backend, as_alice, as_bob, alice) -> Iterator[Stage]:
+def stage(fake_backend, as_alice, as_bob, alice, monkeypatch) -> Iterator[Stage]:
     routes = {"/set": SETS, "/host-set": HOST_SETS}
     with running(RecordingApp("A", routes)) as a, running(RecordingApp("B", routes)) as b:
-        FakeBackend.ports = {8000: a.port, 8001: b.port}
+        monkeypatch.setattr(FakeBackend, "ports", {8000: a.port, 8001: b.port})
         cache.clear()
         mine, theirs = services.create_sandbox(as_alice).id, services.create_sandbox(as_bob).id
         token = services.get_preview_url(as_alice, mine, 8000).token

@@ -57,10 +57,11 @@ def _nothing(conn: socket.socket) -> None:
 
 
 @pytest.fixture
-def broken(fake_backend) -> Iterator[None]:
+def broken(fake_backend, monkeypatch) -> Iterator[None]:
     """Port 8000 sends 20 KB of headers; port 8001 closes without a word."""
     servers = [_serve(_huge_headers), _serve(_nothing)]
-    FakeBackend.ports = {8000: next(servers[0]), 8001: next(servers[1])}
+    ports = {8000: next(servers[0]), 8001: next(servers[1])}
+    monkeypatch.setattr(FakeBackend, "ports", ports)
     cache.clear()
     yield
     for server in servers:

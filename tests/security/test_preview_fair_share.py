@@ -84,16 +84,17 @@ class Stage:
 
 
 @pytest.fixture
-def stage(asgi_server, world, settings) -> Iterator[Stage]:
+def stage(asgi_server, world, settings, monkeypatch) -> Iterator[Stage]:
     settings.SANDHUB_BACKENDS = {"docker": "tests.fakes.FakeBackend"}
     reset_backends()
-    FakeBackend.sandboxes = {}
+    monkeypatch.setattr(FakeBackend, "sandboxes", {})  # put back after, as the ports
     silent, cut_short = (
         SilentApp(),
         SilentApp(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nhalf"),
     )
     with running(RecordingApp("A")) as answering:
-        FakeBackend.ports = {8000: answering.port, 8001: silent.port, 8002: cut_short.port}
+        ports = {8000: answering.port, 8001: silent.port, 8002: cut_short.port}
+        monkeypatch.setattr(FakeBackend, "ports", ports)
         alice = world.principal()
         bob = Principal(user=world.bob, team=world.team_b, channel=Channel.WEB)
         a = services.create_sandbox(alice).id

@@ -36,9 +36,9 @@ class Preview:
 
 
 @pytest.fixture
-def app(fake_backend) -> Iterator[RecordingApp]:
+def app(fake_backend, monkeypatch) -> Iterator[RecordingApp]:
     with running(RecordingApp("A")) as app:
-        FakeBackend.ports = {8000: app.port}
+        monkeypatch.setattr(FakeBackend, "ports", {8000: app.port})
         cache.clear()
         yield app
 

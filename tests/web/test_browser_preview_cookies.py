@@ -113,17 +113,17 @@ def _unmake() -> None:
 
 
 @pytest.fixture
-def stage(asgi_server, world, browser, settings) -> Iterator[Stage]:
+def stage(asgi_server, world, browser, settings, monkeypatch) -> Iterator[Stage]:
     settings.SANDHUB_BACKENDS = {"docker": "tests.fakes.FakeBackend"}
     settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "sandhub.test"]
     reset_backends()
-    FakeBackend.sandboxes = {}
+    monkeypatch.setattr(FakeBackend, "sandboxes", {})  # put back after, as the ports
     secret = Route(SECRET.encode(), content_type="text/plain")
     with (
         running(RecordingApp("A", {"/": secret}, reflect_cors=True)) as app_a,
         running(RecordingApp("B")) as app_b,
     ):
-        FakeBackend.ports = {8000: app_a.port, 8001: app_b.port}
+        monkeypatch.setattr(FakeBackend, "ports", {8000: app_a.port, 8001: app_b.port})
         a, b, token, session = off_loop(_make, world)
         port = urlsplit(asgi_server).port or 80
         try:
