@@ -1,6 +1,7 @@
 """The preview proxy: HTTP and websockets from a browser to a port inside a sandbox.
 
-An interface like the pages and the API (it calls sandboxes.services only): the ASGI app
+An interface like the pages and the API (it calls sandboxes.services; fairshare.py alone
+reads a sandbox's team, until the services' PreviewGrant names it): the ASGI app
 (platform_site/asgi.py) hands it every request addressed to a preview — by host name
 `PORT-SANDBOX.<SANDHUB_PREVIEW_DOMAIN>` or by path `/preview/SANDBOX/PORT/` — and it
 authorizes the request through the services, opens the backend's port stream (over the
