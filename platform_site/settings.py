@@ -215,6 +215,31 @@ SANDHUB_PREVIEW_DOMAIN = env_str("SANDHUB_PREVIEW_DOMAIN", "").strip(".").lower(
 # Threads that carry preview traffic (one per open preview connection while it waits on the
 # sandbox), apart from the pool that runs MCP and API calls.
 SANDHUB_PREVIEW_THREADS = env_int("SANDHUB_PREVIEW_THREADS", 200, minimum=1)
+# Each tenant's share of them (sandboxes/proxy/fairshare.py): preview connections open at once
+# per sandbox and per team, per web process; past that, 503. A connection holds up to two
+# threads (reading and writing at once), and one team may hold at most half the pool, so
+# another team's preview always finds threads.
+SANDHUB_PREVIEW_SANDBOX_CONNECTIONS = env_int("SANDHUB_PREVIEW_SANDBOX_CONNECTIONS", 20, minimum=1)
+SANDHUB_PREVIEW_TEAM_CONNECTIONS = env_int("SANDHUB_PREVIEW_TEAM_CONNECTIONS", 40, minimum=1)
+if SANDHUB_PREVIEW_SANDBOX_CONNECTIONS > SANDHUB_PREVIEW_TEAM_CONNECTIONS:
+    raise EnvError(
+        "SANDHUB_PREVIEW_SANDBOX_CONNECTIONS must not exceed SANDHUB_PREVIEW_TEAM_CONNECTIONS "
+        f"({SANDHUB_PREVIEW_SANDBOX_CONNECTIONS} > {SANDHUB_PREVIEW_TEAM_CONNECTIONS})"
+    )
+if 2 * SANDHUB_PREVIEW_TEAM_CONNECTIONS > SANDHUB_PREVIEW_THREADS // 2:
+    raise EnvError(
+        f"SANDHUB_PREVIEW_TEAM_CONNECTIONS ({SANDHUB_PREVIEW_TEAM_CONNECTIONS}) x 2 threads must "
+        f"fit in half of SANDHUB_PREVIEW_THREADS ({SANDHUB_PREVIEW_THREADS}): lower the cap "
+        f"or raise the threads to at least {4 * SANDHUB_PREVIEW_TEAM_CONNECTIONS}"
+    )
+# An app that sends nothing for this long, before or while answering, is given up on (504, or
+# the response cut short); a preview websocket with no message either way is closed.
+SANDHUB_PREVIEW_READ_TIMEOUT_SECONDS = env_int(
+    "SANDHUB_PREVIEW_READ_TIMEOUT_SECONDS", 120, minimum=1
+)
+SANDHUB_PREVIEW_WEBSOCKET_IDLE_SECONDS = env_int(
+    "SANDHUB_PREVIEW_WEBSOCKET_IDLE_SECONDS", 600, minimum=1
+)
 # Housekeeping (sandboxes/housekeeping/): this deployment's name, labelled on every container
 # it makes (reconciliation touches only its own); how young a container reconciliation never
 # removes; the warm-pool size of images whose own size is 0.

@@ -20,3 +20,10 @@ class SandboxesConfig(AppConfig):
         # Each new worker process (a restarted cluster, a reincarnated worker) takes back the
         # background commands whose supervisor died, at once (see supervise_background).
         post_spawn.connect(recover_on_worker_start, dispatch_uid="sandhub-background-recovery")
+
+        from django.core import checks
+
+        from sandboxes.proxy.sites import check_preview_site
+
+        # A preview domain on the platform's own site (registrable domain) is warned about.
+        checks.register(check_preview_site, checks.Tags.security)

@@ -1,15 +1,10 @@
-"""What a preview request carries to prove who sends it, and which of its cookies the app
-may see.
-
-The browser sends the platform's own cookies (the session, CSRF) to a path-mode preview as
-to any page of this origin; the app in the sandbox is a tenant's code and must never see
-them, nor set them: both directions are filtered here.
-"""
+"""What a preview request carries to prove who sends it: the platform's session, the
+preview token (in the query of a first visit, then a cookie). Which cookies the app itself
+sees and sets is cookies.py's business."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from http.cookies import CookieError, SimpleCookie
 from types import SimpleNamespace
 from urllib.parse import parse_qsl, urlencode
 
@@ -19,17 +14,6 @@ from django.contrib.sessions.backends.base import SessionBase
 from django.utils.module_loading import import_string
 
 from sandboxes import services
-
-
-def platform_cookie_names() -> frozenset[str]:
-    return frozenset(
-        {
-            settings.SESSION_COOKIE_NAME,
-            settings.CSRF_COOKIE_NAME,
-            settings.LANGUAGE_COOKIE_NAME,
-            services.PREVIEW_COOKIE,
-        }
-    )
 
 
 def header(scope: dict, name: bytes) -> str | None:
@@ -49,22 +33,6 @@ def cookies(scope: dict) -> dict[str, str]:
             if name:
                 jar.setdefault(name, content)
     return jar
-
-
-def app_cookie_header(scope: dict) -> str | None:
-    """The Cookie header the app gets: the browser's, without the platform's cookies."""
-    hidden = platform_cookie_names()
-    kept = [f"{name}={value}" for name, value in cookies(scope).items() if name not in hidden]
-    return "; ".join(kept) or None
-
-
-def sets_platform_cookie(set_cookie: str) -> bool:
-    """Whether a Set-Cookie from the app would set (or clear) one of the platform's."""
-    try:
-        parsed = SimpleCookie(set_cookie)
-    except CookieError:
-        return True  # what cannot be parsed here is not passed on either
-    return any(name in platform_cookie_names() for name in parsed)
 
 
 def query_without_token(query_string: bytes) -> tuple[str | None, str]:

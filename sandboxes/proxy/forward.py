@@ -10,48 +10,25 @@ opening one costs a round trip to the sandbox's agent, and no idle stream is kep
 
 from __future__ import annotations
 
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 import anyio
 import h11
 
-from sandboxes.proxy import credentials
+from sandboxes.proxy import answers, cookies, credentials, replies
+from sandboxes.proxy.answers import HOP_BY_HOP
+from sandboxes.proxy.failures import AppFailed
 from sandboxes.proxy.ports import AsyncPort
 from sandboxes.proxy.routing import PreviewTarget
 
-# Headers that describe one connection, not the message (RFC 9110 §7.6.1), and the ones the
-# proxy sets itself.
-HOP_BY_HOP = frozenset(
-    {
-        b"connection",
-        b"keep-alive",
-        b"proxy-authenticate",
-        b"proxy-authorization",
-        b"proxy-connection",
-        b"te",
-        b"trailer",
-        b"transfer-encoding",
-        b"upgrade",
-    }
-)
+# Headers the proxy sets itself towards the app.
 SET_BY_PROXY = frozenset(
     {b"host", b"cookie", b"forwarded", b"x-forwarded-for", b"x-forwarded-host"}
     | {b"x-forwarded-proto", b"x-forwarded-prefix", b"x-real-ip"}
     # uvicorn answered the browser's `Expect: 100-continue` itself; the body is on its way.
     | {b"expect"}
 )
-# uvicorn writes its own.
-SET_BY_SERVER = frozenset({b"date", b"server"})
-# A path-mode preview shares the platform's origin: its pages run as an opaque origin, so
-# their scripts can neither read the platform's cookies nor call its API as the viewer.
-PATH_MODE_CSP = (
-    b"sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads "
-    b"allow-popups-to-escape-sandbox"
-)
-
-
-class AppFailed(Exception):
-    """The app's side broke before an answer began (502 with this message)."""
+_SILENT = "the app on port {port} closed the connection without answering"
 
 
 def upstream_target(scope: dict, target: PreviewTarget, query: str) -> bytes:
@@ -71,7 +48,7 @@ def forwarded_headers(scope: dict, target: PreviewTarget) -> list[tuple[bytes, b
     for name, value in scope.get("headers", []):
         if name not in HOP_BY_HOP and name not in SET_BY_PROXY:
             headers.append((name, value))
-    cookie = credentials.app_cookie_header(scope)
+    cookie = cookies.for_app(scope, target)
     if cookie:
         headers.append((b"cookie", cookie.encode("latin-1")))
     client = scope.get("client")
@@ -101,43 +78,11 @@ def request_framing(scope: dict) -> list[tuple[bytes, bytes]]:
     return []
 
 
-def answer_headers(
-    headers: list[tuple[bytes, bytes]], target: PreviewTarget
-) -> list[tuple[bytes, bytes]]:
-    """The app's response headers as the browser gets them."""
-    kept: list[tuple[bytes, bytes]] = []
-    for name, value in headers:
-        name = name.lower()
-        if name in HOP_BY_HOP or name in SET_BY_SERVER:
-            continue
-        if name == b"set-cookie" and credentials.sets_platform_cookie(value.decode("latin-1")):
-            continue
-        if name == b"location" and target.prefix:
-            value = _prefixed_location(value, target)
-        kept.append((name, value))
-    if not target.host_mode:
-        kept.append((b"content-security-policy", PATH_MODE_CSP))
-    return kept
-
-
-def _prefixed_location(value: bytes, target: PreviewTarget) -> bytes:
-    """A redirect to the app's own path (`/next`, or http://localhost:PORT/next) stays in the
-    preview; anything else is left as the app wrote it."""
-    text = value.decode("latin-1")
-    parts = urlsplit(text)
-    own = parts.hostname in ("localhost", "127.0.0.1") and parts.port == target.port
-    if (not parts.scheme and not parts.netloc and text.startswith("/")) or own:
-        rest = parts.path + (f"?{parts.query}" if parts.query else "")
-        rest += f"#{parts.fragment}" if parts.fragment else ""
-        return (target.prefix + (rest or "/")).encode("latin-1")
-    return value
-
-
 async def exchange(
     scope: dict, receive, send, port: AsyncPort, target: PreviewTarget, query: str
 ) -> None:
-    """Send the browser's request to the app and its answer back. Raises AppFailed when the
-    app broke off before answering (nothing was sent to the browser then)."""
+    """Send the browser's request to the app and its answer back. Raises a ProxyFailure
+    when the app's side broke (before or while answering)."""
     conn = h11.Connection(h11.CLIENT)
     request = h11.Request(
         method=scope["method"],
@@ -151,7 +96,7 @@ async def exchange(
     await port.write(conn.send(request))
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(_send_body, receive, conn, port, tasks.cancel_scope)
-        await _answer(conn, port, send, target)
+        await _answer(conn, port, send, scope, target)
         # The answer is complete: whatever the browser still sends is moot.
         tasks.cancel_scope.cancel()
 
@@ -175,32 +120,33 @@ async def _send_body(receive, conn: h11.Connection, port: AsyncPort, scope_to_ca
             body_done = True
 
 
-async def _next_event(conn: h11.Connection, port: AsyncPort):
+async def _next_event(conn: h11.Connection, port: AsyncPort, target: PreviewTarget):
     while True:
-        event = conn.next_event()
+        try:
+            event = conn.next_event()
+        except h11.RemoteProtocolError as exc:  # headers over 16 KB are one of these
+            if not port.received:
+                raise AppFailed(_SILENT.format(port=target.port)) from None
+            message = f"the app on port {target.port} gave no valid HTTP answer ({exc})"
+            raise AppFailed(message) from exc
         if event is not h11.NEED_DATA:
             return event
         conn.receive_data(await port.read())
 
 
-async def _answer(conn: h11.Connection, port: AsyncPort, send, target: PreviewTarget) -> None:
-    try:
-        event = await _next_event(conn, port)
-        while isinstance(event, h11.InformationalResponse):  # 100 Continue: ours to drop
-            event = await _next_event(conn, port)
-    except h11.RemoteProtocolError as exc:
-        raise AppFailed(f"the app on port {target.port} gave no valid HTTP answer ({exc})") from exc
+async def _answer(conn: h11.Connection, port: AsyncPort, send, scope, target) -> None:
+    event = await _next_event(conn, port, target)
+    while isinstance(event, h11.InformationalResponse):  # 100 Continue: ours to drop
+        event = await _next_event(conn, port, target)
     if not isinstance(event, h11.Response):
-        raise AppFailed(f"the app on port {target.port} closed the connection without answering")
-    await send(
-        {
-            "type": "http.response.start",
-            "status": event.status_code,
-            "headers": answer_headers(list(event.headers), target),
-        }
-    )
+        raise AppFailed(_SILENT.format(port=target.port))
+    headers, off_site = answers.for_browser(event.status_code, list(event.headers), scope, target)
+    if off_site is not None:
+        await replies.off_site(send, off_site, headers)
+        return
+    await send({"type": "http.response.start", "status": event.status_code, "headers": headers})
     while True:
-        event = await _next_event(conn, port)  # a protocol error now ends the response short
+        event = await _next_event(conn, port, target)  # a failure now cuts the response short
         if isinstance(event, h11.Data):
             await send({"type": "http.response.body", "body": bytes(event.data), "more_body": True})
         elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):

@@ -3,6 +3,10 @@
 Every read and write runs in a thread of the proxy's own pool: an idle websocket holds one
 thread in read() for as long as it is open, and must not take them from the pool that runs
 MCP and API calls. close() is what unblocks a thread still inside read() or write().
+How many connections one sandbox or team may hold at once is fairshare.py's business.
+
+The stream's own errors become ProxyFailures here (PortBroken; AppTimedOut when nothing came
+within the read timeout), so the callers handle one family of failures.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ import anyio
 import anyio.to_thread
 from django.conf import settings
 from django.db import close_old_connections
+
+from sandboxes.proxy.failures import AppTimedOut, PortBroken
 
 CHUNK = 64 * 1024
 
@@ -55,19 +61,40 @@ async def service_call(fn: Any, *args: Any) -> Any:
 
 
 class AsyncPort:
-    def __init__(self, stream: Any) -> None:
+    """The stream, awaitable. read_timeout: seconds a read waits for the app's first byte
+    (None: as long as it takes; a bridged websocket has its own idle timeout instead)."""
+
+    def __init__(self, stream: Any, read_timeout: float | None = None) -> None:
         self.stream = stream
+        self.read_timeout = read_timeout
+        self.received = 0  # bytes the app sent so far
         self.closed = False
 
     async def read(self, max_bytes: int = CHUNK) -> bytes:
-        return await in_thread(self.stream.read, max_bytes)
+        data = await in_thread(self._read, max_bytes, self.read_timeout)
+        self.received += len(data)
+        return data
 
     async def write(self, data: bytes) -> None:
         if data:
-            await in_thread(self.stream.write, data)
+            await in_thread(self._call, self.stream.write, data)
 
     async def close_write(self) -> None:
-        await in_thread(self.stream.close_write)
+        await in_thread(self._call, self.stream.close_write)
+
+    def _read(self, max_bytes: int, timeout: float | None) -> bytes:
+        try:
+            return self.stream.read(max_bytes, timeout=timeout)
+        except TimeoutError:
+            raise AppTimedOut(f"the app answered nothing for {timeout:g} s") from None
+        except Exception as exc:  # the stream's contract: BackendError, after closing anything
+            raise PortBroken(f"the connection to the app broke ({exc})") from exc
+
+    def _call(self, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception as exc:
+            raise PortBroken(f"the connection to the app broke ({exc})") from exc
 
     def close(self) -> None:
         """Never blocks for long and never raises (the stream's contract)."""

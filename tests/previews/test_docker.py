@@ -99,20 +99,27 @@ def test_the_sandbox_has_no_network_yet_its_app_answers_by_its_url(deployed, asg
 
 
 def test_the_app_never_sees_the_platforms_cookies_nor_sets_them(deployed, asgi_server, world):
-    base = f"{asgi_server}/preview/{deployed['box']['id']}/{APP_PORT}"
+    """Path mode (issue 24): the app's cookies are its preview's own, their names scoped to
+    it and their path its prefix, so its `sessionid` is no platform session; it gets back
+    only cookies of its own scope, never the platform's nor an unscoped one."""
+    prefix = f"/preview/{deployed['box']['id']}/{APP_PORT}"
+    base = f"{asgi_server}{prefix}"
     session = session_cookie(world.alice)
-    cookies = f"{settings.SESSION_COOKIE_NAME}={session}; csrftoken=abc; mine=kept"
+    platform = f"{settings.SESSION_COOKIE_NAME}={session}; csrftoken=abc; mine=unscoped"
     with httpx.Client() as http:
-        seen = http.get(f"{base}/headers?x=1", headers={"Cookie": cookies}).json()
+        answer = http.get(f"{base}/cookies", headers={"Cookie": platform})
+        set_cookies = answer.headers.get_list("set-cookie")
+        names = [value.split("=", 1)[0] for value in set_cookies]
+        assert len(names) == 2 and names[0].endswith("_sessionid") and names[1].endswith("_app")
+        assert settings.SESSION_COOKIE_NAME not in names
+        assert all(f"Path={prefix}/" in value for value in set_cookies)
+        own = "; ".join(value.split(";", 1)[0] for value in set_cookies)
+        seen = http.get(f"{base}/headers?x=1", headers={"Cookie": f"{platform}; {own}"}).json()
         assert seen["path"] == "/headers?x=1"
-        assert seen["headers"]["cookie"] == "mine=kept"
-        assert (
-            seen["headers"]["x-forwarded-prefix"] == f"/preview/{deployed['box']['id']}/{APP_PORT}"
-        )
-        answer = http.get(f"{base}/cookies", headers={"Cookie": cookies})
-        assert answer.headers.get_list("set-cookie") == ["app=1"]
-        moved = http.get(f"{base}/go-home", headers={"Cookie": cookies}, follow_redirects=False)
-        assert moved.headers["location"] == f"/preview/{deployed['box']['id']}/{APP_PORT}/hello"
+        assert seen["headers"]["cookie"] == "sessionid=from-the-app; app=1"
+        assert seen["headers"]["x-forwarded-prefix"] == prefix
+        moved = http.get(f"{base}/go-home", headers={"Cookie": platform}, follow_redirects=False)
+        assert moved.headers["location"] == f"{prefix}/hello"
 
 
 def test_who_may_open_a_preview(deployed, asgi_server, world):
