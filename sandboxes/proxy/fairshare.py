@@ -15,7 +15,6 @@ counts live in this process; every slot is given back by `release`, in a finally
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections import Counter
 from typing import Any
@@ -75,20 +74,3 @@ def in_use() -> dict[str, dict[Any, int]]:
     """The connections held now, by sandbox and by team (for tests and diagnostics)."""
     with _lock:
         return {"sandboxes": dict(_sandboxes), "teams": dict(_teams)}
-
-
-def team_of(grant: Any) -> Any:
-    """The team a grant's preview belongs to (blocking: run it in a thread)."""
-    team = getattr(grant, "team_id", None)
-    return team if team is not None else _team_of_sandbox(grant.sandbox_id)
-
-
-@functools.lru_cache(maxsize=4096)
-def _team_of_sandbox(sandbox_id: str) -> int | None:
-    """A sandbox never changes team, so this is read once per process. Read here, not through
-    a service, because PreviewGrant does not name the team yet (a `team_id` there is used
-    first, above)."""
-    from sandboxes.models import Sandbox
-
-    rows = Sandbox.objects.filter(public_id=sandbox_id).values_list("team_id", flat=True)
-    return rows.first()

@@ -57,6 +57,7 @@ class PreviewGrant:
     via: str  # "session" | "token" | "public"
     token: str | None  # the valid token presented (the proxy sets it as the cookie)
     token_expires_at: datetime | None
+    team_id: int | None = None  # the sandbox's team (the proxy's fair share counts by it)
 
 
 def authorize_preview(request: PreviewRequest) -> PreviewGrant:
@@ -70,7 +71,9 @@ def _authorized(request: PreviewRequest) -> tuple[PreviewGrant, Sandbox]:
     sandbox, preview = _open_preview(request.sandbox_id, request.port)
     membership = _member(request.user_id, sandbox)
     if membership is not None:
-        grant = PreviewGrant(sandbox.public_id, preview.port, preview.pk, "session", None, None)
+        grant = PreviewGrant(
+            sandbox.public_id, preview.port, preview.pk, "session", None, None, sandbox.team_id
+        )
         who = request.session_key or f"user-{request.user_id}"
         _audit_once(grant, sandbox, request, who, SESSION_AUDIT_SECONDS, membership.user)
         return grant, sandbox
@@ -83,7 +86,9 @@ def _authorized(request: PreviewRequest) -> tuple[PreviewGrant, Sandbox]:
             access_links.mark_used(link, access_links.LAST_USED_INTERVAL)
             return by_token, sandbox
     if preview.public and sandbox.team.allow_public_previews:
-        grant = PreviewGrant(sandbox.public_id, preview.port, preview.pk, "public", None, None)
+        grant = PreviewGrant(
+            sandbox.public_id, preview.port, preview.pk, "public", None, None, sandbox.team_id
+        )
         who = request.address or "unknown"
         _audit_once(grant, sandbox, request, who, PUBLIC_AUDIT_SECONDS, None)
         return grant, sandbox
@@ -132,7 +137,13 @@ def _token_grant(
     if not access_links.usable(link):
         return None
     grant = PreviewGrant(
-        sandbox.public_id, preview.port, preview.pk, "token", token, link.expires_at
+        sandbox.public_id,
+        preview.port,
+        preview.pk,
+        "token",
+        token,
+        link.expires_at,
+        sandbox.team_id,
     )
     return grant, link
 
