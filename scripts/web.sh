@@ -16,5 +16,8 @@ if ! [[ "$workers" =~ ^[1-9][0-9]*$ ]]; then
 fi
 
 echo "web on http://$host:$port/ ($workers workers)"
+# --http: uvicorn's httptools protocol with a limit on each request's head
+# (platform_site/httpserver.py): past SANDHUB_MAX_REQUEST_HEAD_BYTES the client gets 431 before
+# the parser holds the rest.
 exec .venv/bin/uvicorn platform_site.asgi:application --host "$host" --port "$port" \
-    --workers "$workers"
+    --workers "$workers" --http platform_site.httpserver:HeadLimitedHttpToolsProtocol
