@@ -1,12 +1,18 @@
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("sandboxes.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # Swagger UI from drf-spectacular-sidecar's static files (SWAGGER_UI_DIST = SIDECAR): no CDN.
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    # The split view serves its init script at ?script rather than inline, which the
+    # Content-Security-Policy (platform_site/csp.py) would block.
+    path(
+        "api/docs/",
+        SpectacularSwaggerSplitView.as_view(url_name="api-schema"),
+        name="api-docs",
+    ),
     path("", include("sandboxes.web.urls")),  # the team web pages: Home, Hosts, API keys, Team
 ]

@@ -282,9 +282,9 @@ class CommandExecutionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 
 def _pre(text: str) -> str:
-    # Output keeps its line breaks and is escaped: it is whatever a sandbox printed.
-    style = "margin: 0; white-space: pre-wrap; max-height: 30em; overflow: auto"
-    return format_html("<pre style='{}'>{}</pre>", style, text)
+    # Output keeps its line breaks and is escaped: it is whatever a sandbox printed. Classes
+    # of static/web/admin.css (the Content-Security-Policy blocks style attributes).
+    return format_html("<pre class='sandhub-pre sandhub-output'>{}</pre>", text)
 
 
 @admin.register(WarmContainer)

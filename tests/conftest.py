@@ -217,13 +217,21 @@ def shared_sandbox(world) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def asgi_server(live_db) -> Iterator[str]:
-    """platform_site.asgi (Django + MCP) under uvicorn on a free loopback port."""
+    """platform_site.asgi (Django + MCP) under uvicorn on a free loopback port, with the HTTP
+    protocol scripts/web.sh runs (the request-head limit, platform_site/httpserver.py)."""
     import uvicorn
 
     from platform_site.asgi import application
+    from platform_site.httpserver import HeadLimitedHttpToolsProtocol
 
     port = free_port()
-    config = uvicorn.Config(application, host="127.0.0.1", port=port, log_level="warning")
+    config = uvicorn.Config(
+        application,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        http=HeadLimitedHttpToolsProtocol,
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="live-uvicorn", daemon=True)
     thread.start()

@@ -1,8 +1,15 @@
 // Sandhub web pages: small progressive enhancements, no build step.
 // - <time datetime="..."> shows the moment in the reader's timezone ("data-relative": "5 min ago");
+// - input[name=tz] gets the reader's UTC offset, so typed times are taken as local ones;
+// - [data-width="42"] (a load bar's fill) gets that width in percent;
+// each runs on page load and on content htmx swaps in. And, for any element on the page:
+// - <form data-confirm="Delete it?"> asks confirm(message) before it is sent;
+// - <button data-disable-on-submit="Starting…"> is disabled, saying that, once its form is sent;
 // - [data-copy="#selector"] buttons copy a field's text;
-// - input[name=tz] gets the reader's UTC offset, so typed times are taken as local ones.
-// Each runs on page load and on content htmx swaps in.
+// - <input data-select-on-focus> selects its text on focus;
+// - <select data-submit-on-change> sends its form when changed.
+// The pages' Content-Security-Policy (platform_site/csp.py) allows no inline script or style:
+// templates name the behaviour with these attributes, and the code is here.
 (function () {
   "use strict";
 
@@ -44,19 +51,68 @@
     });
   }
 
+  // Through the CSSOM, which the policy allows (a style="" attribute it would block).
+  function barWidths(root) {
+    root.querySelectorAll("[data-width]").forEach(function (el) {
+      var percent = Math.max(0, Math.min(100, Number(el.getAttribute("data-width")) || 0));
+      el.style.width = percent + "%";
+    });
+  }
+
   function enhance(root) {
     localTimes(root);
     timezoneFields(root);
+    barWidths(root);
   }
 
-  // A form with data-busy="Creating…" shows that text on its submit button while the server
-  // works (creating a sandbox takes seconds), and cannot be sent twice meanwhile.
+  function isForm(el) {
+    return el instanceof HTMLFormElement;
+  }
+
+  // In the capture phase, ahead of the form's own listeners (htmx's, the command runner's):
+  // "Cancel" stops the submission before any of them sends anything.
   document.addEventListener("submit", function (event) {
     var form = event.target;
-    if (!form.matches || !form.matches("form[data-busy]")) return;
-    var button = form.querySelector("button[type=submit]");
-    if (!button) return;
-    setTimeout(function () { button.disabled = true; button.textContent = form.dataset.busy; }, 0);
+    if (!isForm(form) || !form.hasAttribute("data-confirm")) return;
+    if (!window.confirm(form.getAttribute("data-confirm"))) {
+      event.preventDefault();
+      event.stopImmediatePropagation();
+    }
+  }, true);
+
+  // A button that starts slow work (creating a sandbox, deploying an app) shows it is under
+  // way and cannot be pressed twice meanwhile. After the form's own listeners (a form a
+  // script sends itself is left alone), and a tick later: a button disabled before the
+  // submission is built would be left out of it. data-busy="…" on the form is the same for
+  // its submit button.
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (!isForm(form) || event.defaultPrevented) return;
+    var busy = [];
+    form.querySelectorAll("[data-disable-on-submit]").forEach(function (button) {
+      busy.push([button, button.getAttribute("data-disable-on-submit")]);
+    });
+    var submit = form.hasAttribute("data-busy") && form.querySelector("button[type=submit]");
+    if (submit) busy.push([submit, form.getAttribute("data-busy")]);
+    if (!busy.length) return;
+    setTimeout(function () {
+      busy.forEach(function (pair) {
+        pair[0].disabled = true;
+        if (pair[1]) pair[0].textContent = pair[1];
+      });
+    }, 0);
+  });
+
+  document.addEventListener("focusin", function (event) {
+    var el = event.target;
+    if (el instanceof HTMLInputElement && el.hasAttribute("data-select-on-focus")) el.select();
+  });
+
+  document.addEventListener("change", function (event) {
+    var el = event.target;
+    if (el instanceof HTMLSelectElement && el.hasAttribute("data-submit-on-change") && el.form) {
+      el.form.requestSubmit();
+    }
   });
 
   document.addEventListener("click", function (event) {

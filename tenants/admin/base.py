@@ -72,4 +72,6 @@ class ReadOnlyAdminMixin:
 def pretty_json(value: Any) -> str:
     """JSON as an indented, escaped <pre> block, readable in a change page."""
     text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
-    return format_html("<pre style='margin: 0; white-space: pre-wrap'>{}</pre>", text)
+    # A class, not a style attribute: the Content-Security-Policy blocks inline style
+    # (platform_site/csp.py); static/web/admin.css has the rule.
+    return format_html("<pre class='sandhub-pre'>{}</pre>", text)
