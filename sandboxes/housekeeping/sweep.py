@@ -1,5 +1,5 @@
 """Auto-cleanup: delete sandboxes past their lifetime or idle beyond their team's idle
-timeout, and close command rows whose recorder died."""
+timeout, close command rows whose recorder died, and forget expired MCP sessions."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from hosts.backends import get_backend
 from sandboxes.contract.errors import BackendFailure, ServiceError
 from sandboxes.housekeeping.config import system_for
 from sandboxes.models import CommandExecution, CommandStatus, Sandbox, SandboxStatus
+from tenants import apikeys
 from tenants.auditing import audited, change, current
 from tenants.models import Team
 from tenants.principal import Principal
@@ -41,13 +42,15 @@ class SweepReport:
     idle: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     abandoned_commands: int = 0
+    expired_mcp_sessions: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def sweep(now: datetime | None = None) -> SweepReport:
-    """Delete sandboxes past expires_at, then those idle beyond their team's idle timeout.
+    """Delete sandboxes past expires_at, then those idle beyond their team's idle timeout
+    (expired MCP sessions and abandoned command rows first).
 
     Sandboxes on hosts that do not answer wait until they do (their deletion would fail).
     Each deletion first moves the row to stopping with a conditional UPDATE, so two workers
@@ -55,7 +58,10 @@ def sweep(now: datetime | None = None) -> SweepReport:
     meantime keeps an idle sandbox alive.
     """
     now = now or timezone.now()
-    report = SweepReport(abandoned_commands=close_abandoned_commands(now))
+    report = SweepReport(
+        abandoned_commands=close_abandoned_commands(now),
+        expired_mcp_sessions=apikeys.sweep_sessions(now),
+    )
     for sandbox in _sweepable().filter(expires_at__lte=now):
         if _claim(sandbox, Q(expires_at__lte=now), "expired", now):
             _retire_reporting(sandbox, "expire", report.expired, report)

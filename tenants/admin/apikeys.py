@@ -82,7 +82,6 @@ class ApiKeyAdmin(admin.ModelAdmin):
             "created_at",
             "last_used_at",
             "last_used_address",
-            "selected_sandbox",
         )
 
     def get_readonly_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
@@ -98,7 +97,6 @@ class ApiKeyAdmin(admin.ModelAdmin):
             "created_at",
             "last_used_at",
             "last_used_address",
-            "selected_sandbox",
         ]
 
     def get_form(
