@@ -13,8 +13,11 @@ from typing import Any
 import pytest
 
 from hosts.backends.agent.link import AgentLink
+from hosts.backends.ssh.pool import ConnectionPool
+from hosts.backends.ssh.provision import destroy
 from tests.forgery import FORGER, REPORT, VICTIM, forger_command, parse, refused_everything
-from tests.ssh.helpers import run
+from tests.ssh.helpers import alive, run, wait_for
+from tests.ssh.sshd import Sshd
 
 pytestmark = pytest.mark.sshd
 
@@ -43,3 +46,16 @@ def test_a_sandbox_process_cannot_forge_or_read_the_agents_streams(
     assert {("0", "read"), ("1", "write")} <= tried
     assert run(link, sandbox, "echo after").stdout == b"after\n"
     assert link.client(sandbox) is agent
+
+
+def test_destroy_still_ends_the_agent_of_a_login_user_sandbox(
+    sshd: Sshd, conns: ConnectionPool, base_dir: str, link: AgentLink, make_sandbox
+) -> None:
+    """The agent's environment is closed to the login user now: destroy finds the agent of
+    a sandbox sharing that user by the marker on its command line instead."""
+    sandbox = make_sandbox()
+    pid = link.client(sandbox).pid
+    conn = conns.get(sshd.target())
+    assert alive(conn, pid)
+    destroy(conn, sandbox, base_dir=base_dir)  # while this link still holds the agent
+    wait_for(lambda: not alive(conn, pid), what="the agent's end")
