@@ -182,4 +182,5 @@ class McpSessionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_filter = ["key__team", "expires_at"]
     search_fields = ["key__prefix", "key__name", "key__user__username", "selected_sandbox"]
     list_select_related = ["key"]
-    fields = readonly_fields = ["key", "selected_sandbox", "created_at", "expires_at"]
+    fields = ("key", "selected_sandbox", "created_at", "expires_at")
+    readonly_fields = fields
