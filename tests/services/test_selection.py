@@ -148,7 +148,7 @@ def test_ending_a_session_forgets_it(sandbox, key, as_key):
     assert selection.selected_sandbox(as_key, key.pk, TWO) == sandbox.id
 
 
-def test_a_revoked_or_deleted_key_takes_its_sessions(sandbox, key, as_key):
+def test_a_deleted_key_takes_its_sessions(sandbox, key, as_key):
     selection.select_sandbox(as_key, key.pk, ONE, sandbox.id)
     key.delete()
     assert not McpSession.objects.exists()
