@@ -18,8 +18,19 @@ DEFAULT_OUTPUT_BYTES = 64 * 1024
 SandboxId = Annotated[
     str | None,
     Field(
-        description="Sandbox id, like sb_k3j9x0a2b4c6. Omit to use the sandbox selected for "
-        "this API key (select_sandbox; create_sandbox selects the new one).",
+        description="Sandbox id, like sb_k3j9x0a2b4c6 (create_sandbox returns it). May be "
+        "omitted only in an MCP session with a selected sandbox (select_sandbox; "
+        "create_sandbox selects the new one): clients without a session must pass it.",
+        max_length=40,
+    ),
+]
+# For tools that delete or stop: never the selection, which might not be the sandbox meant.
+RequiredSandboxId = Annotated[
+    str,
+    Field(
+        description="Sandbox id, like sb_k3j9x0a2b4c6. Always required: this tool never "
+        "acts on the selected sandbox.",
+        min_length=1,
         max_length=40,
     ),
 ]

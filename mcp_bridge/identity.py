@@ -1,32 +1,43 @@
-"""Who is calling an MCP tool: the API key of the HTTP request, or the stdio process's key.
+"""Who is calling an MCP tool: the API key of the HTTP request, or the stdio process's key,
+and the MCP session the call belongs to (its selected sandbox lives there).
 
 Called inside worker threads (it uses the ORM). Over HTTP the key was checked by
 auth.ApiKeyVerifier for this very request; over stdio the process's key is checked again on
 every call, so revoking it or removing the membership stops a running stdio server too.
+
+The session: over HTTP, the Mcp-Session-Id the request carries (sessions.py hands one out to
+every handshake-era client, and honours one on any request, whatever its protocol era);
+none when the request has none. Over stdio, one session per process.
 """
 
 from __future__ import annotations
 
+import secrets
 from contextvars import ContextVar
 from dataclasses import dataclass
 
+from django.conf import settings
 from fastmcp.exceptions import ToolError
 from fastmcp.server.dependencies import get_access_token, get_http_request
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 
+from sandboxes.services import selection
 from tenants import apikeys
 from tenants.models import ApiKey, Channel
 from tenants.principal import Principal
 
 _process_key: str | None = None  # set by `manage.py mcp` (stdio)
+_process_session: str | None = None  # that process's one MCP session
 
 # The key row auth.ApiKeyVerifier read for this HTTP request. The request's tools run in
 # tasks spawned inside it (the MCP SDK's stateless transport), which copy its context, as
 # they do for the SDK's own access token; a tool reads the row from here instead of again.
 checked_key: ContextVar[ApiKey | None] = ContextVar("sandhub_checked_key", default=None)
 
-NO_SANDBOX = (
-    "no sandbox_id given and no sandbox is selected: pass sandbox_id, or call "
-    "select_sandbox (create_sandbox selects the new sandbox by default)"
+NO_SELECTION = (
+    "no sandbox_id given and no sandbox is selected in this MCP session: pass sandbox_id "
+    "(create_sandbox returned it; list_sandboxes shows them all), or select_sandbox first. "
+    "A selection belongs to one session and is forgotten after {hours} hours without use"
 )
 INVALID_KEY = "this API key is no longer valid (revoked, expired, or its user left the team)"
 
@@ -35,19 +46,38 @@ INVALID_KEY = "this API key is no longer valid (revoked, expired, or its user le
 class Caller:
     key: ApiKey
     principal: Principal
+    session: str | None = None  # the MCP session's id, if the call has one
 
     def sandbox(self, sandbox_id: str | None) -> str:
-        """The named sandbox, else the key's selected one."""
+        """The named sandbox, else the one selected in this call's session."""
         if sandbox_id:
             return sandbox_id
-        if self.key.selected_sandbox:
-            return self.key.selected_sandbox
-        raise ToolError(NO_SANDBOX)
+        if self.session is None:
+            raise ToolError(f"no sandbox_id given: {selection.NO_SESSION}")
+        selected = self.selected()
+        if not selected:
+            raise ToolError(NO_SELECTION.format(hours=settings.SANDHUB_MCP_SESSION_HOURS))
+        return selected
+
+    def selected(self) -> str:
+        """The id of the sandbox selected in this call's session ("" if none)."""
+        return selection.selected_sandbox(self.principal, self.key.pk, self.session)
 
 
 def use_process_key(raw: str | None) -> None:
-    global _process_key
+    """Act with this key over stdio, in a session of this process's own."""
+    global _process_key, _process_session
     _process_key = raw
+    _process_session = secrets.token_urlsafe(32) if raw is not None else None
+
+
+def request_session() -> str | None:
+    """The call's MCP session: the HTTP request's Mcp-Session-Id, or the stdio process's."""
+    try:
+        headers = get_http_request().headers
+    except RuntimeError:  # stdio
+        return _process_session
+    return headers.get(MCP_SESSION_ID_HEADER) or None
 
 
 def request_address() -> str | None:
@@ -79,7 +109,8 @@ def caller() -> Caller:
         apikeys.touch(key, None)
     else:
         raise ToolError("not authenticated: send Authorization: Bearer <API key>")
-    return Caller(key=key, principal=apikeys.principal_for(key, Channel.MCP, address))
+    principal = apikeys.principal_for(key, Channel.MCP, address)
+    return Caller(key=key, principal=principal, session=request_session())
 
 
 def known_key() -> ApiKey | None:

@@ -21,7 +21,7 @@ def register(mcp: FastMCP) -> None:
     ) -> str:
         return (
             f"Run the tests of {project} in a Sandhub sandbox.\n"
-            "1. create_sandbox (it becomes the selected sandbox).\n"
+            "1. create_sandbox; pass the id it returns as sandbox_id to every call below.\n"
             f"2. upload_files: the source files of {project} and its requirements/pyproject, "
             "keeping their relative paths.\n"
             "3. If it has dependencies, install_packages with them.\n"
@@ -38,16 +38,17 @@ def register(mcp: FastMCP) -> None:
     def debug_in_sandbox(
         problem: Annotated[str, Field(description="The error or wrong behaviour seen.")],
         sandbox_id: Annotated[
-            str, Field(description="A sandbox to use; empty for the selected or a new one.")
+            str, Field(description="A sandbox to use; empty for a new one.")
         ] = "",
     ) -> str:
         where = (
-            f"sandbox {sandbox_id} (select_sandbox it)"
+            f"sandbox {sandbox_id}"
             if sandbox_id
-            else ("the selected sandbox (get_active_sandbox), or a new one (create_sandbox)")
+            else "a new sandbox (create_sandbox; keep the id it returns)"
         )
         return (
-            f"Debug this problem in {where}:\n\n{problem}\n\n"
+            f"Debug this problem in {where}, passing its id as sandbox_id to every call:"
+            f"\n\n{problem}\n\n"
             "1. Reproduce it with the smallest command (run_command / run_python); read the "
             "exit code, stdout and stderr.\n"
             "2. Inspect files with list_files and read_file; the resource "
@@ -72,7 +73,8 @@ def register(mcp: FastMCP) -> None:
         start = start_command or f"the application's usual start command (serving on {port})"
         return (
             f"Deploy {app} into a Sandhub sandbox and open it.\n"
-            "1. create_sandbox with a lifetime_minutes that covers the need.\n"
+            "1. create_sandbox with a lifetime_minutes that covers the need; pass the id it "
+            "returns as sandbox_id to every call below.\n"
             f"2. If it has dependencies, upload its requirements and install_packages.\n"
             f"3. deploy_app with files: {app}'s files (relative paths kept), command: {start} "
             f"(in the foreground, no '&' or nohup), port: {port}. It waits until the port "
@@ -80,5 +82,6 @@ def register(mcp: FastMCP) -> None:
             "4. If deploy_app fails, read the log tail in its error, fix the cause (write_file) "
             "and deploy_app again (it replaces the app on that port).\n"
             "5. Report the URL (get_preview_url makes a new one when its token expires) and the "
-            "sandbox id; leave the sandbox running. stop_app stops the app."
+            "sandbox id; leave the sandbox running. stop_app (with the sandbox_id and port) "
+            "stops the app."
         )

@@ -25,13 +25,14 @@ def register(mcp: FastMCP) -> None:
     @mcp.resource(
         "sandbox://list",
         name="sandboxes",
-        description="Your team's sandboxes with their status, as JSON.",
+        description="Your team's sandboxes with their status (and whether this MCP "
+        "session selected it), as JSON.",
         mime_type="application/json",
     )
     async def sandbox_list() -> str:
         def body() -> str:
             caller = identity.caller()
-            selected = caller.key.selected_sandbox
+            selected = caller.selected()
             infos = services.list_sandboxes(caller.principal)
             return _json([sandbox(i, selected).model_dump(mode="json") for i in infos])
 
@@ -47,7 +48,7 @@ def register(mcp: FastMCP) -> None:
         def body() -> str:
             caller = identity.caller()
             info = services.get_sandbox(caller.principal, sandbox_id)
-            return _json(sandbox(info, caller.key.selected_sandbox).model_dump(mode="json"))
+            return _json(sandbox(info, caller.selected()).model_dump(mode="json"))
 
         return await read(body)
 

@@ -29,17 +29,17 @@ _SANDBOX_FIELDS = (
 
 
 class Sandbox(Shape, source=results.SandboxInfo, fields=_SANDBOX_FIELDS):
-    selected: bool = Field(False, description="the default sandbox of this API key")
+    selected: bool = Field(False, description="the sandbox selected in this MCP session")
 
 
 def sandbox(info: results.SandboxInfo, selected: str = "") -> Sandbox:
-    """The sandbox as MCP shows it; `selected` is the key's selected sandbox id, if any."""
+    """The sandbox as MCP shows it; `selected` is the session's selected sandbox id, if any."""
     return render(Sandbox, info, selected=info.id == selected)
 
 
 class SandboxList(BaseModel):
     sandboxes: list[Sandbox]
-    selected: str | None = Field(description="id of this key's selected sandbox, if any")
+    selected: str | None = Field(description="id of this MCP session's selected sandbox, if any")
 
 
 class ActiveSandbox(BaseModel):

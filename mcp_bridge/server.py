@@ -14,6 +14,7 @@ import fastmcp
 from django.conf import settings
 from fastmcp import FastMCP
 from fastmcp.server.auth import AuthProvider
+from starlette.middleware import Middleware
 
 from mcp_bridge import (
     prompts,
@@ -29,10 +30,13 @@ from mcp_bridge.refusals import RefusalAudit
 
 INSTRUCTIONS = """\
 Sandhub gives you isolated Linux sandboxes (python3, bash, git; files in /workspace) to run
-code in. Typical use: create_sandbox (it becomes your selected sandbox, so later calls may
-omit sandbox_id), upload_files, run_command / run_python / run_tests, read_file or
-download_files, then delete_sandbox. run_once does create-run-delete in one call. For long
-jobs (servers, builds) start_background returns a task id at once; follow it with
+code in. Typical use: create_sandbox (keep the id it returns), upload_files, run_command /
+run_python / run_tests, read_file or download_files, then delete_sandbox. Pass sandbox_id to
+every tool that acts on a sandbox: it may be omitted only in an MCP session that selected a
+sandbox (create_sandbox or select_sandbox select it in the session; each session has its own
+selection, and clients on the 2026-07-28 protocol have no session), and never for
+delete_sandbox, stop_app and cancel_background. run_once does create-run-delete in one call.
+For long jobs (servers, builds) start_background returns a task id at once; follow it with
 check_background, stop it with cancel_background. To run a web app and open it in a browser,
 deploy_app starts it and returns its URL (get_preview_url for an app already running,
 stop_app to stop it); previews work even without network. Sandboxes have no network unless
@@ -92,9 +96,13 @@ def _serve_input_schemas(mcp: FastMCP) -> None:
 
 def http_app(path: str = "/mcp/"):
     """The streamable-HTTP ASGI app at `path`, authenticated with API keys, stateless so any
-    web process can answer any request (per-key state lives in the database). Its lifespan
-    must be run by the outer ASGI app. The MCP SDK answers 413 to a request body over 4 MiB:
-    larger files go through the REST API's streaming upload and download."""
+    web process can answer any request (an MCP session's selected sandbox lives in the
+    database: sessions.py hands the ids out, inside the key check). Its lifespan must be run
+    by the outer ASGI app. The MCP SDK answers 413 to a request body over 4 MiB: larger files
+    go through the REST API's streaming upload and download."""
     from mcp_bridge.auth import ApiKeyVerifier
+    from mcp_bridge.sessions import McpSessions
 
-    return build_server(auth=ApiKeyVerifier()).http_app(path=path, stateless_http=True)
+    return build_server(auth=ApiKeyVerifier()).http_app(
+        path=path, stateless_http=True, middleware=[Middleware(McpSessions)]
+    )

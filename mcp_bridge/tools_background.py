@@ -51,8 +51,17 @@ TaskId = Annotated[
 TaskSandboxId = Annotated[
     str | None,
     Field(
-        description="The sandbox the task was started in. Omit to use the sandbox selected "
-        "for this API key.",
+        description="The sandbox the task was started in. May be omitted only in an MCP "
+        "session whose selected sandbox it is.",
+        max_length=40,
+    ),
+]
+CancelSandboxId = Annotated[
+    str,
+    Field(
+        description="The sandbox the task was started in. Always required: this tool never "
+        "acts on the selected sandbox.",
+        min_length=1,
         max_length=40,
     ),
 ]
@@ -135,22 +144,16 @@ def register(mcp: FastMCP) -> None:
         return await call(body)
 
     @mcp.tool(annotations=KILLS)
-    async def cancel_background(
-        task_id: TaskId,
-        sandbox_id: TaskSandboxId = None,
-    ) -> BackgroundStatus:
+    async def cancel_background(task_id: TaskId, sandbox_id: CancelSandboxId) -> BackgroundStatus:
         """Cancel a command started with start_background: every process it started gets
         SIGTERM, then SIGKILL 2 s later, and it ends as cancelled. Returns its final state
         with the last lines of output. A command that already ended is left as it ended
-        (its status says how)."""
+        (its status says how). sandbox_id is required: this tool never acts on the
+        selected sandbox."""
 
         def body() -> BackgroundStatus:
             caller = identity.caller()
-            target = caller.sandbox(sandbox_id)
-            try:
-                check = services.cancel_background(caller.principal, target, task_id)
-            except NotFound as exc:
-                raise _not_found_hint(exc, sandbox_id, target) from exc
+            check = services.cancel_background(caller.principal, sandbox_id, task_id)
             return BackgroundStatus.model_validate(check)
 
         return await call(body)

@@ -14,7 +14,7 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from mcp_bridge import identity
-from mcp_bridge.args import Command, Cwd, Env, FileIn, SandboxId
+from mcp_bridge.args import Command, Cwd, Env, FileIn, RequiredSandboxId, SandboxId
 from mcp_bridge.runtime import call, call_long
 from mcp_bridge.tools_files import to_uploads
 from sandboxes import services
@@ -170,13 +170,14 @@ def register(mcp: FastMCP) -> None:
         return await call(body)
 
     @mcp.tool(annotations=STOPS)
-    async def stop_app(port: Port, sandbox_id: SandboxId = None) -> StoppedApp:
+    async def stop_app(port: Port, sandbox_id: RequiredSandboxId) -> StoppedApp:
         """Stop a preview: its URL stops working at once (every token of it), and the app
-        deploy_app started on that port is cancelled."""
+        deploy_app started on that port is cancelled. sandbox_id is required: this tool
+        never acts on the selected sandbox."""
 
         def body() -> StoppedApp:
             caller = identity.caller()
-            stopped = services.stop_app(caller.principal, caller.sandbox(sandbox_id), port)
+            stopped = services.stop_app(caller.principal, sandbox_id, port)
             return StoppedApp.model_validate(stopped)
 
         return await call(body)

@@ -1,15 +1,16 @@
-"""Tools for hosts and the sandbox lifecycle, and the per-key selected sandbox."""
+"""Tools for hosts and the sandbox lifecycle, and the MCP session's selected sandbox."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
+from django.conf import settings
 from fastmcp import FastMCP
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from mcp_bridge import identity
-from mcp_bridge.args import Env, SandboxId
+from mcp_bridge.args import Env, RequiredSandboxId, SandboxId
 from mcp_bridge.runtime import call
 from mcp_bridge.schemas import ActiveSandbox, HostList, Sandbox, SandboxList, sandbox
 from mcp_bridge.schemas import Host as HostOut
@@ -19,6 +20,15 @@ from sandboxes.services import selection
 READ_ONLY = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
 CREATES = ToolAnnotations(readOnlyHint=False, destructiveHint=False, openWorldHint=False)
 DESTROYS = ToolAnnotations(readOnlyHint=False, destructiveHint=True, openWorldHint=False)
+SELECT_DESCRIPTION = (
+    "Select a sandbox for this MCP session: later tools in the session may then omit "
+    "sandbox_id (never delete_sandbox, stop_app and cancel_background, which always need it). "
+    "The selection is this session's alone (other agents, even with the same API key, have "
+    "their own); it ends with the session, or after "
+    f"{settings.SANDHUB_MCP_SESSION_HOURS} hours unused. Clients without a session (the "
+    "2026-07-28 protocol has none) cannot select: they get an error saying so, and pass "
+    "sandbox_id to every tool instead."
+)
 
 
 def register(mcp: FastMCP) -> None:
@@ -72,13 +82,16 @@ def register(mcp: FastMCP) -> None:
         select: Annotated[
             bool,
             Field(
-                description="Make it this key's selected sandbox (later calls may omit sandbox_id)."
+                description="Select it in this MCP session, so later calls in the session "
+                "may omit sandbox_id (no effect without a session)."
             ),
         ] = True,
     ) -> Sandbox:
         """Create a sandbox (an isolated Linux container with python3, bash and git; files
         live in /workspace) on the idlest host, wait until it runs, and return it. Team
-        quotas apply (running sandboxes, cpus, memory, disk, lifetime); delete it when done."""
+        quotas apply (running sandboxes, cpus, memory, disk, lifetime); delete it when done.
+        Keep its id: pass it as sandbox_id to the other tools (in an MCP session it is also
+        selected, and `selected` says so)."""
 
         def body() -> Sandbox:
             caller = identity.caller()
@@ -94,21 +107,22 @@ def register(mcp: FastMCP) -> None:
                 network=network,
                 gpus=gpus,
             )
-            if not select:
-                return sandbox(info, caller.key.selected_sandbox)
-            selection.remember_created(caller.principal, caller.key.pk, info.id)
-            return sandbox(info, info.id)
+            if select and selection.remember_created(
+                caller.principal, caller.key.pk, caller.session, info.id
+            ):
+                return sandbox(info, info.id)
+            return sandbox(info, caller.selected())
 
         return await call(body)
 
     @mcp.tool(annotations=READ_ONLY)
     async def list_sandboxes() -> SandboxList:
         """List your team's sandboxes (not deleted ones), newest first, and which one is
-        selected for this API key."""
+        selected in this MCP session (none without a session)."""
 
         def body() -> SandboxList:
             caller = identity.caller()
-            selected = caller.key.selected_sandbox
+            selected = caller.selected()
             infos = services.list_sandboxes(caller.principal)
             return SandboxList(
                 sandboxes=[sandbox(info, selected) for info in infos],
@@ -124,47 +138,51 @@ def register(mcp: FastMCP) -> None:
         def body() -> Sandbox:
             caller = identity.caller()
             info = services.get_sandbox(caller.principal, caller.sandbox(sandbox_id))
-            return sandbox(info, caller.key.selected_sandbox)
+            return sandbox(info, caller.selected())
 
         return await call(body)
 
     @mcp.tool(annotations=DESTROYS)
-    async def delete_sandbox(sandbox_id: SandboxId = None) -> Sandbox:
-        """Delete a sandbox and every file in it (its command history is kept). If it was the
+    async def delete_sandbox(sandbox_id: RequiredSandboxId) -> Sandbox:
+        """Delete a sandbox and every file in it (its command history is kept). sandbox_id
+        is required: this tool never acts on the selected sandbox. If it was this session's
         selected sandbox, nothing is selected afterwards."""
 
         def body() -> Sandbox:
             caller = identity.caller()
-            target = caller.sandbox(sandbox_id)
-            info = services.delete_sandbox(caller.principal, target)
-            selection.forget_deleted(caller.principal, caller.key.pk, target)
+            info = services.delete_sandbox(caller.principal, sandbox_id)
+            selection.forget_deleted(caller.principal, caller.key.pk, caller.session, info.id)
             return sandbox(info)
 
         return await call(body)
 
-    @mcp.tool(annotations=ToolAnnotations(readOnlyHint=False, idempotentHint=True))
+    @mcp.tool(
+        annotations=ToolAnnotations(readOnlyHint=False, idempotentHint=True),
+        description=SELECT_DESCRIPTION,
+    )
     async def select_sandbox(
         sandbox_id: Annotated[
             str, Field(description="Sandbox id, like sb_k3j9x0a2b4c6.", max_length=40)
         ],
     ) -> ActiveSandbox:
-        """Make a sandbox the default for this API key: later tools may then omit sandbox_id.
-        The choice is stored on the server per key, so it lasts across connections."""
 
         def body() -> ActiveSandbox:
             caller = identity.caller()
-            info = selection.select_sandbox(caller.principal, caller.key.pk, sandbox_id)
+            info = selection.select_sandbox(
+                caller.principal, caller.key.pk, caller.session, sandbox_id
+            )
             return ActiveSandbox(sandbox=sandbox(info, info.id) if info else None)
 
         return await call(body)
 
     @mcp.tool(annotations=READ_ONLY)
     async def get_active_sandbox() -> ActiveSandbox:
-        """Show the sandbox selected for this API key, or null when none is (or it was deleted)."""
+        """Show the sandbox selected in this MCP session, or null when none is (or it was
+        deleted, or the client has no session)."""
 
         def body() -> ActiveSandbox:
             caller = identity.caller()
-            info = selection.get_active_sandbox(caller.principal, caller.key.pk)
+            info = selection.get_active_sandbox(caller.principal, caller.key.pk, caller.session)
             return ActiveSandbox(sandbox=sandbox(info, info.id) if info else None)
 
         return await call(body)

@@ -265,6 +265,8 @@ SANDHUB_MCP_COMMAND_THREADS = env_int("SANDHUB_MCP_COMMAND_THREADS", 100, minimu
 # installed an OpenTelemetry SDK and exporter. Without one they record nothing, yet FastMCP's
 # span code took 5.0% of the web workers' CPU under bench/bench_load.py (py-spy); off, 2.7%.
 SANDHUB_MCP_TRACING = env_bool("SANDHUB_MCP_TRACING", False)
+# An MCP session's selected sandbox is forgotten after this many hours without use.
+SANDHUB_MCP_SESSION_HOURS = env_int("SANDHUB_MCP_SESSION_HOURS", 24, minimum=1)
 # REST bodies Django reads into memory (JSON, form fields) stay small; uploaded files over
 # FILE_UPLOAD_MAX_MEMORY_SIZE spill to a temporary file; a whole upload (multipart or raw) may
 # not exceed SANDHUB_MAX_TRANSFER_BYTES, checked before it is read. Files go to the sandbox

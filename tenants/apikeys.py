@@ -23,14 +23,15 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import OuterRef, Subquery
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
 from dbkit.prepared import PreparedRead
 from tenants import ratelimits
 from tenants.errors import InvalidInput
-from tenants.models import ApiKey, ApiKeyScope, Channel, Membership, Team
+from tenants.models import ApiKey, ApiKeyScope, Channel, McpSession, Membership, Team
 from tenants.principal import Principal
 
 logger = logging.getLogger("sandhub.apikeys")
@@ -288,14 +289,65 @@ def revoke(key: ApiKey) -> None:
         key.save(update_fields=["revoked", "revoked_at"])
 
 
-def select_sandbox(key: ApiKey, sandbox_id: str) -> None:
-    """Remember the sandbox later calls with this key use when they name none."""
-    ApiKey.objects.filter(pk=key.pk).update(selected_sandbox=sandbox_id)
-    key.selected_sandbox = sandbox_id
+# --- MCP sessions (tenants.models.McpSession): a session's selected sandbox ----------------
+
+# A session's expiry is pushed forward when it is used, at most this often: not a write on
+# every call that reads the selection.
+SESSION_SLIDE = timedelta(minutes=5)
 
 
-def forget_sandbox(key: ApiKey, sandbox_id: str) -> None:
-    """Drop the selection if it names this (deleted) sandbox."""
-    ApiKey.objects.filter(pk=key.pk, selected_sandbox=sandbox_id).update(selected_sandbox="")
-    if key.selected_sandbox == sandbox_id:
-        key.selected_sandbox = ""
+def session_digest(session_id: str) -> str:
+    return hashlib.sha256(session_id.encode()).hexdigest()
+
+
+def _session_lifetime() -> timedelta:
+    return timedelta(hours=settings.SANDHUB_MCP_SESSION_HOURS)
+
+
+def _session(key_id: int, session_id: str) -> QuerySet[McpSession]:
+    return McpSession.objects.filter(key_id=key_id, digest=session_digest(session_id))
+
+
+def session_selection(key_id: int, session_id: str) -> str:
+    """The sandbox selected in the key's session ("" when none is, or the session expired);
+    using it pushes the session's expiry forward."""
+    now = timezone.now()
+    row = (
+        _session(key_id, session_id)
+        .filter(expires_at__gt=now)
+        .values_list("pk", "selected_sandbox", "expires_at")
+        .first()
+    )
+    if row is None:
+        return ""
+    pk, selected, expires_at = row
+    if now + _session_lifetime() - expires_at >= SESSION_SLIDE:
+        McpSession.objects.filter(pk=pk).update(expires_at=now + _session_lifetime())
+    return selected
+
+
+def select_in_session(key_id: int, session_id: str, sandbox_id: str) -> None:
+    """Make sandbox_id the session's selection ("" selects nothing), from now for a lifetime."""
+    expires_at = timezone.now() + _session_lifetime()
+    # update_or_create locks the row, and of two first selections at once the one whose
+    # insert fails on the unique constraint updates the other's row.
+    McpSession.objects.update_or_create(
+        key_id=key_id,
+        digest=session_digest(session_id),
+        defaults={"selected_sandbox": sandbox_id, "expires_at": expires_at},
+    )
+
+
+def forget_in_session(key_id: int, session_id: str, sandbox_id: str) -> None:
+    """Drop the session's selection if it names this (deleted) sandbox."""
+    _session(key_id, session_id).filter(selected_sandbox=sandbox_id).update(selected_sandbox="")
+
+
+def end_session(key_id: int, session_id: str) -> bool:
+    """Forget the session (its client ended it); whether it had a row."""
+    return _session(key_id, session_id).delete()[0] > 0
+
+
+def sweep_sessions(now: datetime | None = None) -> int:
+    """Delete the sessions past their expiry; how many."""
+    return McpSession.objects.filter(expires_at__lte=now or timezone.now()).delete()[0]

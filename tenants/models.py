@@ -219,9 +219,6 @@ class ApiKey(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     last_used_address = models.GenericIPAddressField(null=True, blank=True)
-    # The sandbox later MCP calls use when they name none (select_sandbox). Kept here, not in
-    # an MCP session, so any web process can answer any request.
-    selected_sandbox = models.CharField(max_length=32, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -232,3 +229,32 @@ class ApiKey(models.Model):
 
     def __repr__(self) -> str:  # never the hash
         return f"<ApiKey {self.pk} shk_{self.prefix} user={self.user_id} team={self.team_id}>"
+
+
+class McpSession(models.Model):
+    """One MCP session of a key: what its agent selected (select_sandbox), so that tools in the
+    session may omit sandbox_id. Two agents with one key have two sessions, and neither sees
+    the other's selection.
+
+    The session id is handed out by the MCP endpoint (mcp_bridge/sessions.py) and only its
+    SHA-256 is stored; rows are per key, so the same id presented with another key finds
+    nothing. Stored here rather than in a web process, since any process answers any request.
+    A row exists once something was selected, lives until expires_at (pushed forward as the
+    session uses its selection) and is deleted when the client ends the session, or by the
+    sweep once expired.
+    """
+
+    key = models.ForeignKey(ApiKey, on_delete=models.CASCADE, related_name="mcp_sessions")
+    digest = models.CharField(max_length=64, editable=False)
+    selected_sandbox = models.CharField(max_length=32, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["key", "digest"], name="mcp_session_per_key")
+        ]
+        verbose_name = "MCP session"
+
+    def __repr__(self) -> str:  # never the digest
+        return f"<McpSession {self.pk} key={self.key_id} selected={self.selected_sandbox!r}>"

@@ -7,6 +7,10 @@ machine's files: sync_local_to_remote, sync_remote_to_local, upload_local_path a
 download_to_local_path. Those take local paths only inside the `--root` directories (default:
 the current directory), so an agent given this server cannot read the laptop's other files.
 
+The selected sandbox is this process's: it keeps one MCP session on the platform for its
+whole life (mcp_platform.py), so two agents with one key, each with a `sandhub mcp` of its
+own, never act in each other's selected sandbox.
+
 stdout carries the protocol only; anything else goes to stderr.
 """
 
@@ -21,9 +25,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
-import httpx2 as httpx
 from fastmcp import Client, Context
-from fastmcp.client.transports import StreamableHttpTransport
 from fastmcp.exceptions import ToolError
 from fastmcp.server import create_proxy
 from fastmcp.server.providers.proxy import FastMCPProxy
@@ -32,6 +34,12 @@ from pydantic import BaseModel, Field
 
 from sandhub import config, sync, transfer
 from sandhub.api import ApiError, Platform
+from sandhub.mcp_platform import (
+    check_platform,
+    end_platform_session,
+    open_platform_session,
+    platform_transport,
+)
 from sandhub.roots import OutsideRoots, Roots
 from sandhub.tarstream import TransferError
 
@@ -42,7 +50,9 @@ files between this machine and a sandbox: sync_local_to_remote / sync_remote_to_
 (incremental by size and mtime, .gitignore honoured, delete to remove extras, dry_run to
 preview), upload_local_path and download_to_local_path. Local paths must lie inside the
 allowed directories ({roots}); relative local paths start at {first}. sandbox_id may be
-omitted to use the selected sandbox (create_sandbox selects the new one).
+omitted to use the sandbox selected in this server (create_sandbox selects the new one;
+select_sandbox another): the selection is this process's alone. delete_sandbox, stop_app and
+cancel_background always need sandbox_id.
 """
 WORKSPACE = "/workspace"
 LISTED_PATHS = 200  # a result names at most this many sent or deleted paths (and counts all)
@@ -66,7 +76,12 @@ RemotePath = Annotated[
     ),
 ]
 SandboxId = Annotated[
-    str | None, Field(description="Sandbox id; omit to use the selected sandbox.", max_length=40)
+    str | None,
+    Field(
+        description="Sandbox id; omit to use the sandbox selected in this server "
+        "(create_sandbox / select_sandbox).",
+        max_length=40,
+    ),
 ]
 Excludes = Annotated[
     list[Annotated[str, Field(max_length=1000)]],
@@ -148,14 +163,14 @@ class McpProgress:
 class LocalFiles:
     """The four local tools' work: roots checked first, then sync / transfer in a thread."""
 
-    def __init__(self, url: str, key: str, roots: Roots) -> None:
-        self.url, self.key, self.roots = url, key, roots
+    def __init__(self, url: str, key: str, roots: Roots, session: str | None = None) -> None:
+        self.url, self.key, self.roots, self.session = url, key, roots, session
 
     async def sandbox(self, sandbox_id: str | None) -> str:
-        """The given id, else the platform's selected sandbox for this key."""
+        """The given id, else the sandbox selected in this server's platform session."""
         if sandbox_id:
             return sandbox_id
-        async with Client(platform_transport(self.url, self.key)) as client:
+        async with Client(platform_transport(self.url, self.key, self.session)) as client:
             answer = await client.call_tool("get_active_sandbox", {})
         selected = (answer.structured_content or {}).get("sandbox")
         if not selected:
@@ -268,22 +283,20 @@ def synced(
     )
 
 
-def platform_transport(url: str, key: str) -> StreamableHttpTransport:
-    return StreamableHttpTransport(f"{url.rstrip('/')}/mcp/", auth=key)
-
-
-def build_server(url: str, key: str, roots: Roots) -> FastMCPProxy:
-    """The proxy of the platform at `url` with the local file tools added."""
+def build_server(url: str, key: str, roots: Roots, session: str | None = None) -> FastMCPProxy:
+    """The proxy of the platform at `url` with the local file tools added, every platform
+    request in the platform session `session` (open_platform_session)."""
     # A transport (not a Client) as the target: each forwarded request gets a fresh backend
     # client speaking the front connection's protocol era, and ProxyClient's handlers relay
-    # the backend's progress and log notifications to the agent. The platform keeps the
-    # selected sandbox per API key, so nothing is lost between those backend sessions.
+    # the backend's progress and log notifications to the agent. Every one of those backend
+    # clients presents the same Mcp-Session-Id, so the selection made through one holds
+    # for the next (and is this process's alone).
     server = create_proxy(
-        platform_transport(url, key),
+        platform_transport(url, key, session),
         name="Sandhub (local)",
         instructions=INSTRUCTIONS.format(roots=roots.describe(), first=roots.paths[0]),
     )
-    register_local_tools(server, LocalFiles(url, key, roots))
+    register_local_tools(server, LocalFiles(url, key, roots, session))
     return server
 
 
@@ -354,30 +367,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def check_platform(url: str, key: str) -> str | None:
-    """Why the platform cannot be used with this key, or None when it can: checked at start,
-    so a wrong key or address stops the server with a message (the agent's MCP client shows
-    it as failed) instead of leaving a server without tools. REST, not MCP: the MCP client
-    reports any refusal as the same "error response", and the sync tools use REST anyway."""
-    try:
-        response = httpx.get(
-            f"{url}/api/v1/sandboxes/",
-            params={"limit": 1},
-            headers={"Authorization": f"Bearer {key}"},
-            timeout=httpx.Timeout(30.0, connect=10.0),
-        )
-    except httpx.TransportError as exc:
-        return f"cannot connect ({exc.__class__.__name__}: {exc})"
-    if response.status_code in (401, 403):
-        return (
-            "the platform refused the API key (unknown, revoked or expired, or without access):"
-            " check SANDHUB_API_KEY or run `sandhub login`"
-        )
-    if response.status_code >= 400:
-        return f"the platform answered HTTP {response.status_code} to {response.request.url}"
-    return None
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
@@ -390,8 +379,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problem:
         print(f"sandhub mcp: {settings.url}: {problem}", file=sys.stderr)
         return 1
+    session = open_platform_session(settings.url, settings.key)
+    if session is None:  # an older platform: its selection is the key's
+        print("sandhub mcp: no MCP session: the selection is the key's", file=sys.stderr)
     print(f"sandhub mcp: {settings.url}, local roots: {roots.describe()}", file=sys.stderr)
-    build_server(settings.url, settings.key, roots).run(transport="stdio", show_banner=False)
+    try:
+        build_server(settings.url, settings.key, roots, session).run(
+            transport="stdio", show_banner=False
+        )
+    finally:
+        if session is not None:
+            end_platform_session(settings.url, settings.key, session)
     return 0
 
 

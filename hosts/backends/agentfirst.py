@@ -135,26 +135,37 @@ class AgentFirstBackend(SandboxBackend):
     def manifest(
         self, state: dict[str, Any], root: str, *, after: str | None, limit: int
     ) -> ManifestPage:
-        host_root = self.agents.place.host_path(state, root)
+        host_root, top = self._sync_root(state, root)
         return self._either(
             lambda: self.agents.idempotent(
-                state, lambda c: synccalls.manifest(c, host_root, after=after, limit=limit)
+                state,
+                lambda c: synccalls.manifest(c, host_root, top=top, after=after, limit=limit),
             ),
             lambda: syncscripts.manifest_by_exec(
-                self.plain.sync_runner(state), host_root, after=after, limit=limit
+                self.plain.sync_runner(state), host_root, top, after=after, limit=limit
             ),
         )
 
     def delete_entries(self, state: dict[str, Any], root: str, paths: list[str]) -> int:
         if not paths:
             return 0
-        host_root = self.agents.place.host_path(state, root)
+        host_root, top = self._sync_root(state, root)
         names = syncscripts.names_blob(paths)
         return self._either(
             # Tried again on a new agent if the stream broke: removing twice is harmless.
-            lambda: self.agents.idempotent(state, lambda c: synccalls.remove(c, host_root, names)),
-            lambda: syncscripts.delete_by_exec(self.plain.sync_runner(state), host_root, paths),
+            lambda: self.agents.idempotent(
+                state, lambda c: synccalls.remove(c, host_root, names, top=top)
+            ),
+            lambda: syncscripts.delete_by_exec(
+                self.plain.sync_runner(state), host_root, top, paths
+            ),
         )
+
+    def _sync_root(self, state: dict[str, Any], root: str) -> tuple[str, str]:
+        """The root and /workspace as the host has them: the root is reached from there
+        without following a link (syncscripts.py, agent/inside/sync.py)."""
+        place = self.agents.place
+        return place.host_path(state, root), place.host_path(state, syncscripts.WORKSPACE)
 
     # --- ports -------------------------------------------------------------------------------
     def open_port(self, state: dict[str, Any], port: int, timeout: float = 5.0) -> PortStream:

@@ -250,6 +250,8 @@ def tar_failure(path: str, code: int | None, message: str) -> Exception | None:
         return FileNotFoundError(path)
     if code == DENIED_EXIT:
         return PermissionError()  # the path itself: nothing to add
+    if code == LINK_EXIT:  # a sync root reached through a symbolic link (syncscripts.py)
+        return NotADirectoryError(message)
     if "Permission denied" in message:
         return PermissionError(message)  # some of what is under it: tar's list
     what = message or (f"tar exited with {code}" if code is not None else "the stream broke")

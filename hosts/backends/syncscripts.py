@@ -11,6 +11,11 @@ here, run as the sandbox user through the backend's own exec:
   link never leads a deletion outside it. Batched to fit the exec's stdin limits;
 - TAR_LIST (every path, agent or not): `tar --null -T -` of exactly the listed entries, pax
   format (nanosecond mtimes), no recursion, hard links stored as files.
+
+Each reaches its root without following a symbolic link (ROOT_CHECK): from /workspace down,
+no directory on the way may be a link, and the directory entered must be the one checked
+(its physical path), so /workspace/out -> /etc given as a root is refused by name instead of
+being listed, emptied or read. The agent does the same (agent/inside/sync.py).
 """
 
 from __future__ import annotations
@@ -20,8 +25,9 @@ from collections.abc import Callable, Iterator
 
 from hosts.backends.base import BackendError, ExecResult, ManifestEntry, ManifestPage
 
+WORKSPACE = "/workspace"
 MISSING_EXIT = 44  # the root is not there
-NOT_A_DIRECTORY_EXIT = 45  # the root is a file or a link
+NOT_A_DIRECTORY_EXIT = 45  # the root is a file or a link, or a link is on the way to it
 DENIED_EXIT = 13
 LISTING_CAP = 64 * 1024 * 1024  # a plain-path manifest's find output (about 600k entries)
 STDIN_BATCH = 60 * 1024  # bytes of names per REMOVE exec (Docker's per-command limit: 64 KiB)
@@ -30,24 +36,51 @@ TIMEOUT = 120.0
 # Runs a backend exec: (argv, stdin, output cap) -> its result.
 Run = Callable[[list[str], bytes | None, int], ExecResult]
 
-# sh -c MANIFEST sandhub-manifest ROOT
-MANIFEST = r"""
-if [ -L "$1" ] || { [ -e "$1" ] && [ ! -d "$1" ]; }; then
-    echo "$1 is not a directory" >&2; exit 45
-fi
-[ -e "$1" ] || exit 44
-cd -- "$1" || exit 13
+# Defines `enter ROOT TOP`: cd into ROOT (under TOP, /workspace as the script sees it). A
+# symbolic link at TOP or on the way down from it, a file on the way, or a directory entered
+# that is not the one checked (a link swapped in meanwhile) exit 45 with the reason, naming
+# /workspace paths; it returns 44 when ROOT is not there, 13 when it cannot be entered.
+ROOT_CHECK = r"""
+refuse() { echo "/workspace${1#"$2"} $3" >&2; exit 45; }
+enter() {
+    case $1 in "$2"|"$2"/*) ;; *) echo "$1 is not under $2" >&2; exit 45;; esac
+    link="is a symbolic link: a sync root is never reached through one"
+    [ -L "$2" ] && refuse "$2" "$2" "$link"
+    p=$2
+    set -f; IFS=/
+    for part in ${1#"$2"}; do
+        [ -n "$part" ] || continue
+        p=$p/$part
+        [ -L "$p" ] && refuse "$p" "$2" "$link"
+        if [ -e "$p" ] && [ ! -d "$p" ]; then refuse "$p" "$2" "is not a directory"; fi
+    done
+    set +f; unset IFS
+    [ -e "$1" ] || return 44
+    top=$(cd -P -- "$2" 2>/dev/null && pwd) && cd -P -- "$1" 2>/dev/null || return 13
+    [ "$PWD" = "$top${1#"$2"}" ] || refuse "$1" "$2" "changed while it was entered"
+}
+"""
+
+# sh -c MANIFEST sandhub-manifest ROOT TOP
+MANIFEST = (
+    ROOT_CHECK
+    + r"""
+enter "$1" "$2" || exit $?
 exec find . -mindepth 1 \( -type f -o -type d -o -type l \) \
     -printf '%y\0%s\0%T@\0%m\0%l\0%P\0'
 """
+)
 _FIELDS = 6
 _KINDS = {b"f": "file", b"d": "dir", b"l": "link"}
 
-# sh -c REMOVE sandhub-rm ROOT, relative names NUL-separated on stdin. Prints on stderr one
+# sh -c REMOVE sandhub-rm ROOT TOP, relative names NUL-separated on stdin. Prints on stderr one
 # "sandhub-removed N" per batch of xargs (N: the names that existed and were handed to rm).
-REMOVE = r"""
-[ -e "$1" ] || [ -L "$1" ] || exit 0
-cd -P -- "$1" || exit 13
+REMOVE = (
+    ROOT_CHECK
+    + r"""
+enter "$1" "$2"; code=$?
+[ "$code" = 44 ] && exit 0
+[ "$code" = 0 ] || exit "$code"
 SANDHUB_ROOT=$PWD; export SANDHUB_ROOT
 xargs -0 -r sh -c '
 n=0
@@ -64,18 +97,23 @@ done
 echo "sandhub-removed $n" >&2
 ' sandhub-rm-batch | xargs -0 -r rm -rf --
 """
+)
 _REMOVED = re.compile(rb"sandhub-removed (\d+)")
 
-# sh -c TAR_LIST sandhub-tar ROOT SIZE: SIZE bytes of NUL-separated relative names on stdin
-# (read with head -c: a TLS link to a remote engine cannot half-close stdin).
-TAR_LIST = r"""
-if ! cd -- "$1" 2>/dev/null; then
-    [ -d "$1" ] && { echo "permission denied: $1" >&2; exit 13; }
-    echo "no such file or directory: $1" >&2; exit 44
-fi
+# sh -c TAR_LIST sandhub-tar ROOT SIZE TOP: SIZE bytes of NUL-separated relative names on
+# stdin (read with head -c: a TLS link to a remote engine cannot half-close stdin).
+TAR_LIST = (
+    ROOT_CHECK
+    + r"""
+enter "$1" "$3"; case $? in
+    0) ;;
+    44) echo "no such file or directory: $1" >&2; exit 44;;
+    *) echo "permission denied: $1" >&2; exit 13;;
+esac
 head -c "$2" | tar -c -f - --null --no-recursion --hard-dereference --format=posix \
     --pax-option=delete=atime,delete=ctime --warning=no-file-changed -T -
 """
+)
 
 
 def runner(exec_in_sandbox: Callable[..., ExecResult], cwd: str) -> Run:
@@ -97,8 +135,10 @@ def names_blob(paths: list[str]) -> bytes:
     return b"".join(path.encode("utf-8", "surrogateescape") + b"\0" for path in paths)
 
 
-def manifest_by_exec(run: Run, root: str, *, after: str | None, limit: int) -> ManifestPage:
-    result = run(["sh", "-c", MANIFEST, "sandhub-manifest", root], None, LISTING_CAP)
+def manifest_by_exec(
+    run: Run, root: str, top: str, *, after: str | None, limit: int
+) -> ManifestPage:
+    result = run(["sh", "-c", MANIFEST, "sandhub-manifest", root, top], None, LISTING_CAP)
     message = result.stderr.decode("utf-8", "replace").strip()
     if result.exit_code == MISSING_EXIT:
         return ManifestPage(exists=False, entries=[], next=None)
@@ -142,14 +182,16 @@ def parse_manifest(listing: bytes, *, after: str | None, limit: int) -> Manifest
     return ManifestPage(exists=True, entries=page, next=page[-1].path if more else None)
 
 
-def delete_by_exec(run: Run, root: str, paths: list[str]) -> int:
+def delete_by_exec(run: Run, root: str, top: str, paths: list[str]) -> int:
     removed = 0
     for batch in _batches(paths):
-        argv = ["sh", "-c", REMOVE, "sandhub-rm", root]
+        argv = ["sh", "-c", REMOVE, "sandhub-rm", root, top]
         result = run(argv, names_blob(batch), 64 * 1024)
         removed += sum(int(count) for count in _REMOVED.findall(result.stderr))
         if result.exit_code != 0:
             said = _REMOVED.sub(b"", result.stderr).decode("utf-8", "replace").strip()
+            if result.exit_code == NOT_A_DIRECTORY_EXIT:
+                raise NotADirectoryError(said)
             if "Permission denied" in said or result.exit_code == DENIED_EXIT:
                 raise PermissionError(said or f"cannot enter {root}")
             raise BackendError(f"deleting under {root} failed: {said or result.exit_code}")

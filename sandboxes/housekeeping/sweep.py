@@ -1,6 +1,6 @@
 """Auto-cleanup: delete sandboxes past their lifetime or idle beyond their team's idle
-timeout, close command rows whose recorder died, and delete file links and preview tokens
-long expired or revoked."""
+timeout, close command rows whose recorder died, delete file links and preview tokens long
+expired or revoked, and forget expired MCP sessions."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from hosts.backends import get_backend
 from sandboxes.contract.errors import BackendFailure, ServiceError
 from sandboxes.housekeeping.config import system_for
 from sandboxes.models import AccessLink, CommandExecution, CommandStatus, Sandbox, SandboxStatus
+from tenants import apikeys
 from tenants.auditing import audited, change, current
 from tenants.models import Team
 from tenants.principal import Principal
@@ -47,13 +48,15 @@ class SweepReport:
     failed: dict[str, str] = field(default_factory=dict)
     abandoned_commands: int = 0
     links_deleted: int = 0
+    expired_mcp_sessions: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def sweep(now: datetime | None = None) -> SweepReport:
-    """Delete sandboxes past expires_at, then those idle beyond their team's idle timeout.
+    """Delete sandboxes past expires_at, then those idle beyond their team's idle timeout
+    (expired MCP sessions and abandoned command rows first).
 
     Sandboxes on hosts that do not answer wait until they do (their deletion would fail).
     Each deletion first moves the row to stopping with a conditional UPDATE, so two workers
@@ -62,7 +65,9 @@ def sweep(now: datetime | None = None) -> SweepReport:
     """
     now = now or timezone.now()
     report = SweepReport(
-        abandoned_commands=close_abandoned_commands(now), links_deleted=delete_old_links(now)
+        abandoned_commands=close_abandoned_commands(now),
+        links_deleted=delete_old_links(now),
+        expired_mcp_sessions=apikeys.sweep_sessions(now),
     )
     for sandbox in _sweepable().filter(expires_at__lte=now):
         if _claim(sandbox, Q(expires_at__lte=now), "expired", now):

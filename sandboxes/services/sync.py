@@ -1,9 +1,11 @@
 """Sync of a directory tree with a local one (the `sandhub` client): manifest, upload of a tar,
 deletion of entries, download of chosen entries as one tar.
 
-A sync root is a directory under /workspace; every entry is named relative to it (POSIX,
-never `..`), and nothing a sync does reaches outside it: names are checked here, the
-backends resolve parents and never follow links. Every call acts as the sandbox user and
+A sync root is a directory under /workspace, reached without following a symbolic link (the
+backends refuse a link at the root or on the way to it, so /workspace/out -> /etc is never
+listed, emptied or read); every entry is named relative to it (POSIX, never `..`), and
+nothing a sync does reaches outside it: names are checked here, the backends resolve
+parents and never follow links. Every call acts as the sandbox user and
 leaves one audit row with counts (files sent, entries deleted), so a client's "only three
 files were sent" is on record. Transfers stream: an upload is spooled (memory, then disk)
 within SANDHUB_MAX_TRANSFER_BYTES, a download is re-tarred member by member as it comes.
@@ -54,6 +56,11 @@ def _refusals(sandbox: Sandbox, root: str, doing: str) -> Iterator[None]:
             f"cannot {doing} {root}: permission denied for the sandbox user ({exc})"
         ) from exc
     except NotADirectoryError as exc:
+        if "symbolic link" in str(exc):  # the root, or a directory on the way to it
+            raise InvalidInput(
+                f"cannot {doing} {root}: {exc} (name the directory the link points to, "
+                "if it is inside /workspace)"
+            ) from exc
         raise InvalidInput(f"{root} is not a directory: {exc}") from exc
     except FileExistsError as exc:
         raise InvalidInput(f"cannot {doing} {root}: {exc}") from exc

@@ -2,7 +2,8 @@
 
 The stored hash is never displayed; a key cannot be changed to act for another user or team,
 only renamed, given another expiry, or revoked. Every change goes through tenants.services,
-which authorizes it and writes its audit row. Registered from tenants/admin.py.
+which authorizes it and writes its audit row. Registered from tenants/admin.py. A key's MCP
+sessions (what each agent selected) are shown read-only: the agents own them.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from tenants import apikeys, services
-from tenants.admin.base import admin_principal, call_service
+from tenants.admin.base import ReadOnlyAdminMixin, admin_principal, call_service
 from tenants.errors import ServiceError
-from tenants.models import ApiKey, ApiKeyScope
+from tenants.models import ApiKey, ApiKeyScope, McpSession
 
 
 class ApiKeyForm(forms.ModelForm):
@@ -82,7 +83,6 @@ class ApiKeyAdmin(admin.ModelAdmin):
             "created_at",
             "last_used_at",
             "last_used_address",
-            "selected_sandbox",
         )
 
     def get_readonly_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
@@ -98,7 +98,6 @@ class ApiKeyAdmin(admin.ModelAdmin):
             "created_at",
             "last_used_at",
             "last_used_address",
-            "selected_sandbox",
         ]
 
     def get_form(
@@ -172,3 +171,16 @@ class ApiKeyAdmin(admin.ModelAdmin):
             if call_service(self, request, services.revoke_api_key, principal, key) is not None:
                 count += 1
         self.message_user(request, f"Revoked {count} API key(s).", messages.SUCCESS)
+
+
+@admin.register(McpSession)
+class McpSessionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Which sandbox each MCP session of a key selected, until when (never the session id:
+    only its digest is stored, and that is not shown either)."""
+
+    list_display = ["key", "selected_sandbox", "created_at", "expires_at"]
+    list_filter = ["key__team", "expires_at"]
+    search_fields = ["key__prefix", "key__name", "key__user__username", "selected_sandbox"]
+    list_select_related = ["key"]
+    fields = ("key", "selected_sandbox", "created_at", "expires_at")
+    readonly_fields = fields

@@ -119,9 +119,11 @@ def test_manifest_pages_in_byte_order_as_the_find_script_does(
     from hosts.backends.agent import synccalls
 
     expected = _sync_tree(tmp_path)
-    whole = synccalls.manifest(agent, str(tmp_path), after=None, limit=5000)
+    whole = synccalls.manifest(agent, str(tmp_path), top=str(tmp_path), after=None, limit=5000)
     assert [e.path for e in whole.entries] == expected and whole.next is None
-    by_find = syncscripts.manifest_by_exec(_local_run, str(tmp_path), after=None, limit=5000)
+    by_find = syncscripts.manifest_by_exec(
+        _local_run, str(tmp_path), str(tmp_path), after=None, limit=5000
+    )
     assert by_find == whole  # the plain path answers exactly the same
     entry = {e.path: e for e in whole.entries}
     assert entry["a.txt"].mode == 0o640 and entry["a.txt"].mtime == 1700000000.1234567
@@ -131,9 +133,11 @@ def test_manifest_pages_in_byte_order_as_the_find_script_does(
     for limit in (1, 3, 4):
         pages, after = [], None
         while True:
-            page = synccalls.manifest(agent, str(tmp_path), after=after, limit=limit)
+            page = synccalls.manifest(
+                agent, str(tmp_path), top=str(tmp_path), after=after, limit=limit
+            )
             plain = syncscripts.manifest_by_exec(
-                _local_run, str(tmp_path), after=after, limit=limit
+                _local_run, str(tmp_path), str(tmp_path), after=after, limit=limit
             )
             assert page == plain and len(page.entries) <= limit
             pages += [e.path for e in page.entries]
@@ -141,12 +145,13 @@ def test_manifest_pages_in_byte_order_as_the_find_script_does(
                 break
             after = page.next
         assert pages == expected
-    missing = synccalls.manifest(agent, str(tmp_path / "none"), after=None, limit=10)
+    top = str(tmp_path)
+    missing = synccalls.manifest(agent, str(tmp_path / "none"), top=top, after=None, limit=10)
     assert (missing.exists, missing.entries) == (False, [])
     with pytest.raises(NotADirectoryError):
-        synccalls.manifest(agent, str(tmp_path / "a.txt"), after=None, limit=10)
+        synccalls.manifest(agent, str(tmp_path / "a.txt"), top=top, after=None, limit=10)
     with pytest.raises(NotADirectoryError):
-        syncscripts.manifest_by_exec(_local_run, str(tmp_path / "link"), after=None, limit=10)
+        syncscripts.manifest_by_exec(_local_run, str(tmp_path / "link"), top, after=None, limit=10)
 
 
 @pytest.mark.parametrize("way", ["agent", "script"])
@@ -163,9 +168,9 @@ def test_remove_stays_under_the_root(agent: AgentClient, tmp_path: Path, way: st
     names = ["a", "a.txt", "keep-link", "escape/keep", "../outside/keep", "z/../a-x", ""]
     names += ["/abs", "nothing", "a/c/d.txt"]
     if way == "agent":
-        removed = synccalls.remove(agent, str(root), syncscripts.names_blob(names))
+        removed = synccalls.remove(agent, str(root), syncscripts.names_blob(names), top=str(root))
     else:
-        removed = syncscripts.delete_by_exec(_local_run, str(root), names)
+        removed = syncscripts.delete_by_exec(_local_run, str(root), str(root), names)
     left = sorted(os.listdir(root))
     assert "a" not in left and "a.txt" not in left and "keep-link" not in left
     assert {"a-x", "escape", "z"} <= set(left)
@@ -173,3 +178,39 @@ def test_remove_stays_under_the_root(agent: AgentClient, tmp_path: Path, way: st
     # a, a.txt, keep-link; a/c/d.txt went with a (the agent removes in order; the script's
     # check may run before or after rm took a)
     assert removed in (3, 4)
+
+
+@pytest.mark.parametrize("way", ["agent", "script"])
+def test_a_root_reached_through_a_link_is_refused(
+    agent: AgentClient, tmp_path: Path, way: str
+) -> None:
+    """/workspace/out -> a directory outside (here: top/out -> outside), or a link further up
+    the way: listing and deleting are refused by name, nothing outside is touched."""
+    from hosts.backends import syncscripts
+    from hosts.backends.agent import synccalls
+
+    top, outside = tmp_path / "workspace", tmp_path / "outside"
+    (top / "real").mkdir(parents=True)
+    (outside / "sub").mkdir(parents=True)
+    (outside / "victim.txt").write_text("keep")
+    os.symlink(outside, top / "out")
+    os.symlink(outside, top / "real" / "via")
+    names = syncscripts.names_blob(["victim.txt", "sub"])
+    for root in ("out", "out/sub", "real/via", "out/missing"):
+        with pytest.raises(NotADirectoryError, match="is a symbolic link") as refused:
+            if way == "agent":
+                synccalls.remove(agent, str(top / root), names, top=str(top))
+            else:
+                syncscripts.delete_by_exec(
+                    _local_run, str(top / root), str(top), ["victim.txt", "sub"]
+                )
+        assert str(refused.value).startswith("/workspace/"), refused.value
+        with pytest.raises(NotADirectoryError, match="is a symbolic link"):
+            if way == "agent":
+                synccalls.manifest(agent, str(top / root), top=str(top), after=None, limit=9)
+            else:
+                syncscripts.manifest_by_exec(
+                    _local_run, str(top / root), str(top), after=None, limit=9
+                )
+    assert sorted(os.listdir(outside)) == ["sub", "victim.txt"]
+    assert (outside / "victim.txt").read_text() == "keep"

@@ -1,6 +1,7 @@
 """Helpers of the client's tests: local trees with exact modes and nanosecond mtimes, what a
-round trip must keep of them, and the `sandhub` command run as a subprocess (the `cli_env`
-fixture: tests/client/conftest.py). Not a test module."""
+round trip must keep of them, the `sandhub` command run as a subprocess (the `cli_env`
+fixture: tests/client/conftest.py), and `sandhub mcp` in a subprocess driven by a client.
+Not a test module."""
 
 from __future__ import annotations
 
@@ -9,9 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from fastmcp import Client
+from fastmcp.client.transports import StdioTransport
 from sandhub.tree import FILE, Rules, walk_local
 
+from tests.live import ROOT
+
 T0 = 1_700_000_000_123_456_789  # an mtime with every nanosecond set
+CLIENT_DIR = ROOT / "client"  # on the subprocess's PYTHONPATH, installed or not
 
 
 def write(root: Path, path: str, content: str | bytes = "x", mode: int = 0o644) -> Path:
@@ -49,3 +55,37 @@ def sandhub(env: dict[str, str], *args: str, timeout: float = 180) -> subprocess
         text=True,
         timeout=timeout,
     )
+
+
+# `sandhub mcp` as the console script runs it, and the server's own main, which the CLI's
+# mcp subcommand hands its arguments to.
+CLI = ["-c", "import sys; from sandhub.cli import main; sys.exit(main())", "mcp"]
+SERVER = ["-m", "sandhub.mcp_local"]
+
+
+def local_server(server: str, key: str, roots: list[Path] | None, cwd: Path, **handlers) -> Client:
+    """The local server in a subprocess; roots=None: `sandhub mcp` with its default root, the
+    directory it runs in (what `claude mcp add sandhub -- sandhub mcp` gives)."""
+    if roots is None:
+        launch = CLI
+    else:
+        launch = [*SERVER, *(arg for root in roots for arg in ("--root", str(root)))]
+    transport = StdioTransport(
+        command=sys.executable,
+        args=launch,
+        env=server_env(server, key, cwd),
+        cwd=str(cwd),
+        keep_alive=False,
+    )
+    return Client(transport, timeout=120, **handlers)
+
+
+def server_env(server: str, key: str, cwd: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SANDHUB_")}
+    return env | {
+        "SANDHUB_URL": server,
+        "SANDHUB_API_KEY": key,
+        "PYTHONPATH": os.pathsep.join([str(CLIENT_DIR), env.get("PYTHONPATH", "")]),
+        # No stored login may leak in from the machine running the tests.
+        "XDG_CONFIG_HOME": str(cwd / ".no-config"),
+    }

@@ -12,13 +12,10 @@ from pathlib import Path
 
 import pytest
 from fastmcp import Client
-from fastmcp.client.transports import StdioTransport
 from fastmcp.exceptions import ToolError
 
-from tests.live import CALC, EXPECTED_TOOLS, ROOT, TEST_CALC, free_port, run
-
-CLIENT_DIR = ROOT / "client"  # on the subprocess's PYTHONPATH, installed or not
-
+from tests.client.helpers import SERVER, local_server, server_env
+from tests.live import CALC, EXPECTED_TOOLS, TEST_CALC, free_port, run
 
 pytestmark = [
     pytest.mark.docker,
@@ -31,38 +28,6 @@ LOCAL_TOOLS = {
     "upload_local_path",
     "download_to_local_path",
 }
-# `sandhub mcp` as the console script runs it, and the server's own main, which the CLI's
-# mcp subcommand hands its arguments to.
-CLI = ["-c", "import sys; from sandhub.cli import main; sys.exit(main())", "mcp"]
-SERVER = ["-m", "sandhub.mcp_local"]
-
-
-def local_server(server: str, key: str, roots: list[Path] | None, cwd: Path, **handlers) -> Client:
-    """The local server in a subprocess; roots=None: `sandhub mcp` with its default root, the
-    directory it runs in (what `claude mcp add sandhub -- sandhub mcp` gives)."""
-    if roots is None:
-        launch = CLI
-    else:
-        launch = [*SERVER, *(arg for root in roots for arg in ("--root", str(root)))]
-    transport = StdioTransport(
-        command=sys.executable,
-        args=launch,
-        env=server_env(server, key, cwd),
-        cwd=str(cwd),
-        keep_alive=False,
-    )
-    return Client(transport, timeout=120, **handlers)
-
-
-def server_env(server: str, key: str, cwd: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SANDHUB_")}
-    return env | {
-        "SANDHUB_URL": server,
-        "SANDHUB_API_KEY": key,
-        "PYTHONPATH": os.pathsep.join([str(CLIENT_DIR), env.get("PYTHONPATH", "")]),
-        # No stored login may leak in from the machine running the tests.
-        "XDG_CONFIG_HOME": str(cwd / ".no-config"),
-    }
 
 
 def platform(server: str, key: str) -> Client:

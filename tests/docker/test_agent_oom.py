@@ -8,6 +8,7 @@ Needs the Docker engine and sandhub/sandbox:latest (fixtures: tests/docker/conft
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -102,20 +103,25 @@ def test_bash_sets_the_score_itself_and_the_command_sees_nothing_of_it(
         output_cap=MIB,
     )
     assert mine.stdout == b"from-rc\n1000\n"
-    # Nothing with the sandbox's uid can change what bash reads there.
+    # bash reads the script from its own copy of the agent's memfd, closed before the
+    # command starts (the agent's own fds are closed to the sandbox user: guard.py).
+    assert run(link, sandbox, "ls /proc/self/fd").stdout == b"0\n1\n2\n3\n"
     agent_pid = link.client(sandbox).pid
-    memfd = outside(
-        engine,
-        sandbox,
-        f"for f in /proc/{agent_pid}/fd/*; do "
-        'case "$(readlink $f)" in *sandhub-oom*) echo $f;; esac; done',
-    ).strip()
-    assert memfd, "no memfd in the agent"
-    refused = outside(
-        engine, sandbox, f"echo x 2>/dev/null > {memfd} && echo written || echo refused"
-    )
-    assert refused.strip() == "refused"
+    assert "Permission denied" in outside(engine, sandbox, f"ls /proc/{agent_pid}/fd 2>&1")
     assert run(link, sandbox, "cat /proc/self/oom_score_adj").stdout == b"1000\n"
+
+
+def test_nothing_can_change_what_bash_reads() -> None:
+    # The memfd is sealed: not even its holder (here, this process) may write to it.
+    fd = oom._make_bash_env()
+    assert fd >= 0
+    try:
+        with pytest.raises(PermissionError):
+            os.write(os.open(f"/proc/self/fd/{fd}", os.O_WRONLY), b"echo pwned\n")
+        script = os.pread(fd, 4096, 0)
+        assert script.startswith(b"builtin echo 1000") and f"exec {fd}<&-".encode() in script
+    finally:
+        os.close(fd)
 
 
 @pytest.mark.parametrize(

@@ -171,7 +171,8 @@ def test_every_call_leaves_an_mcp_audit_row(asgi_server, world, shared_sandbox):
     start = AuditLog.objects.order_by("-id").values_list("id", flat=True).first()
 
     async def conversation():
-        async with mcp(asgi_server, world.keys["alice"]) as client:
+        # A handshake-era client: its session's selection serves the calls without an id.
+        async with mcp(asgi_server, world.keys["alice"], mode="legacy") as client:
             for name, args in calls:
                 await client.call_tool(name, args, raise_on_error=False)
 
@@ -274,7 +275,6 @@ def test_bad_input_gives_clear_errors_and_creates_nothing(asgi_server, world, sh
     async def conversation():
         messages = []
         async with mcp(asgi_server, world.keys["alice"]) as client:
-            await client.call_tool("select_sandbox", {"sandbox_id": shared_sandbox})
             for name, args, _ in cases:
                 result = await client.call_tool(name, args, raise_on_error=False)
                 messages.append(result.content[0].text if result.is_error else "no error")

@@ -26,8 +26,8 @@ pytestmark = [
 VERBS = ("start", "check", "cancel")  # command.background.<verb> in the audit log
 
 
-def mcp(server: str, key: str) -> Client:
-    return Client(f"{server}/mcp/", auth=key)
+def mcp(server: str, key: str, **kwargs) -> Client:
+    return Client(f"{server}/mcp/", auth=key, **kwargs)
 
 
 def last_audit_id() -> int:
@@ -79,7 +79,8 @@ def test_start_check_finish_then_cancel_another(asgi_server, world, shared_sandb
     start = last_audit_id()
 
     async def conversation():
-        async with mcp(asgi_server, world.keys["alice"]) as client:
+        # A handshake-era client has a session: its selection serves calls without an id.
+        async with mcp(asgi_server, world.keys["alice"], mode="legacy") as client:
             await client.call_tool("select_sandbox", {"sandbox_id": shared_sandbox})
             began = time.monotonic()
             started = (
@@ -247,10 +248,12 @@ def test_bad_input_gives_clear_errors(asgi_server, world, shared_sandbox):
             f"background command {foreground.id} not found in sandbox {shared_sandbox}",
         ),
         (
-            "cancel_background",
+            "check_background",
             {"task_id": 10**9},
             f"selected sandbox {shared_sandbox} was searched); pass the sandbox_id",
         ),
+        # Never the selection: cancelling names its sandbox.
+        ("cancel_background", {"task_id": 10**9}, "sandbox_id"),
         (
             "check_background",
             {"task_id": 1, "sandbox_id": "sb_doesnotexist"},
@@ -259,7 +262,7 @@ def test_bad_input_gives_clear_errors(asgi_server, world, shared_sandbox):
     ]
 
     async def conversation():
-        async with mcp(asgi_server, world.keys["alice"]) as client:
+        async with mcp(asgi_server, world.keys["alice"], mode="legacy") as client:
             await client.call_tool("select_sandbox", {"sandbox_id": shared_sandbox})
             return [await error_of(client, name, args) for name, args, _ in cases]
 

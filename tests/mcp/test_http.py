@@ -54,7 +54,9 @@ def test_flow_create_upload_run_test_read_download_delete(asgi_server, world):
     ]
 
     async def conversation():
-        async with mcp(asgi_server, world.keys["alice"]) as client:
+        # A handshake-era client: create_sandbox selects the new sandbox in its session, so
+        # the calls after it may leave sandbox_id out (delete_sandbox never may).
+        async with mcp(asgi_server, world.keys["alice"], mode="legacy") as client:
             created = (await client.call_tool("create_sandbox", {})).data
             sandbox_id = created.id
             assert created.status == "running" and created.selected
@@ -73,7 +75,7 @@ def test_flow_create_upload_run_test_read_download_delete(asgi_server, world):
             assert fetched.status_code == 200 and fetched.text == CALC
             downloaded = await client.call_tool("download_files", {"paths": ["proj"]})
             active = await client.call_tool("get_active_sandbox", {})
-            deleted = await client.call_tool("delete_sandbox", {})
+            deleted = await client.call_tool("delete_sandbox", {"sandbox_id": sandbox_id})
             after = await client.call_tool("get_active_sandbox", {})
             return sandbox_id, uploaded, ran, tests, read, downloaded, active, deleted, after
 

@@ -66,7 +66,7 @@ def test_flow_over_stdio(world):
             read = await client.call_tool("read_file", {"path": "calc.py"})
             downloaded = await client.call_tool("download_files", {"paths": ["test_calc.py"]})
             status = await client.read_resource(f"sandbox://{created.id}/status")
-            deleted = await client.call_tool("delete_sandbox", {})
+            deleted = await client.call_tool("delete_sandbox", {"sandbox_id": created.id})
             return tools, created, ran, tests, read, downloaded, status, deleted
 
     tools, created, ran, tests, read, downloaded, status, deleted = run(conversation())
@@ -88,6 +88,26 @@ def test_flow_over_stdio(world):
     assert rows.filter(channel=Channel.MCP, actor=world.alice).count() >= 8
     assert not rows.exclude(channel=Channel.MCP).exclude(action="files.upload").exists()
     assert set(rows.values_list("source_address", flat=True)) == {None}
+
+
+def test_each_stdio_process_has_a_selection_of_its_own(world, shared_sandbox):
+    """One MCP session per process: a second server with the same key selects nothing."""
+
+    async def conversation():
+        async with stdio(world.keys["alice"]) as first, stdio(world.keys["alice"]) as second:
+            await first.call_tool("select_sandbox", {"sandbox_id": shared_sandbox})
+            mine = await first.call_tool("run_command", {"command": "echo first"})
+            theirs = await second.call_tool("get_active_sandbox", {})
+            refused = await second.call_tool(
+                "run_command", {"command": "echo second"}, raise_on_error=False
+            )
+            return mine, theirs, refused
+
+    mine, theirs, refused = run(conversation())
+    assert mine.structured_content["stdout"] == "first\n"
+    assert theirs.structured_content["sandbox"] is None
+    assert refused.is_error
+    assert "no sandbox is selected in this MCP session" in refused.content[0].text
 
 
 @pytest.mark.parametrize("key_name", [None, "wrong", "expired", "revoked"])

@@ -23,10 +23,13 @@ from typing import Any
 import docker
 from django.contrib.auth import get_user_model
 from django.db import connections
+from fastmcp import Client
+from fastmcp.client.transports import StreamableHttpTransport
 
 from sandboxes import services
 from sandboxes.models import AccessLink, CommandExecution, Sandbox
-from tenants.models import ApiKey, Membership, Role, Team
+from tenants import apikeys
+from tenants.models import ApiKey, McpSession, Membership, Role, Team
 from tenants.principal import Principal
 from tests.fakes import FakeBackend
 
@@ -45,9 +48,19 @@ B_LINK = "<B_LINK>"  # a file link of team B's sandbox (its id: lnk_...)
 GHOST = {B_SB: "sb_0000ghost000", B_CMD: 2**62 + 1, B_JOB: 2**62 + 2, B_LINK: "lnk_0000ghost000"}
 ENGINES = ("team B", "team A")
 BACKENDS = {"fake": "tests.fakes.FakeBackend", "docker": "hosts.backends.docker.DockerBackend"}
-# Columns that change when a key is merely used: every request touches its own key.
-VOLATILE = {ApiKey: {"last_used_at", "last_used_address"}}
-TABLES: tuple[type[Any], ...] = (Sandbox, CommandExecution, ApiKey, Membership, AccessLink)
+# Columns that change when a key is merely used: every request touches its own key (and a
+# session's expiry moves as the session is used).
+VOLATILE = {ApiKey: {"last_used_at", "last_used_address"}, McpSession: {"expires_at"}}
+TABLES: tuple[type[Any], ...] = (
+    Sandbox,
+    CommandExecution,
+    ApiKey,
+    Membership,
+    AccessLink,
+    McpSession,
+)
+# The MCP session every matrix client presents, so the selection is on the record too.
+SESSION = "security-matrix-session"
 # The same from inside the container, for an engine whose volumes are not on this machine.
 LIST_WORKSPACE = (
     "find /workspace -xdev -printf '%y %m %s %T@ %p\\n' | sort; "
@@ -236,18 +249,23 @@ class Scene:
         return Sandbox.objects.live().filter(team=self.team_a).count()
 
     def select(self, actor: str, sandbox_id: str) -> None:
-        """Set the key's selected sandbox, as MCP's select_sandbox would (or forge it)."""
-        ApiKey.objects.filter(pk=self.key_rows[actor].pk).update(selected_sandbox=sandbox_id)
+        """Set the selected sandbox of the key's session SESSION, as MCP's select_sandbox
+        would (or forge it)."""
+        apikeys.select_in_session(self.key_rows[actor].pk, SESSION, sandbox_id)
 
     def creation_by(self, actor: str) -> Callable[[str, Any, Any], bool]:
         """Row changes a creation in team A may make: new sandboxes of team A, their commands,
-        and the acting key's selection (MCP's create_sandbox selects what it made)."""
+        and the acting key's session's selection (MCP's create_sandbox selects what it made)."""
         team_a, key = self.team_a.pk, self.key_rows[actor].pk
 
         def allowed(table: str, old: Any, new: Any) -> bool:
-            if old is not None and new is not None:
-                changed = {column for column in old if old[column] != new[column]}
-                return table == "ApiKey" and old["id"] == key and changed == {"selected_sandbox"}
+            if table == "McpSession" and new is not None and new["key_id"] == key:
+                return (
+                    not new["selected_sandbox"]
+                    or Sandbox.objects.filter(
+                        public_id=new["selected_sandbox"], team_id=team_a
+                    ).exists()
+                )
             if old is not None or table not in ("Sandbox", "CommandExecution"):
                 return False
             if table == "Sandbox":
@@ -279,6 +297,12 @@ def pwned_tar() -> bytes:
     with tarfile.open(fileobj=out, mode="w") as archive:
         archive.addfile(tarfile.TarInfo("pwned.txt"), None)  # an empty file will do
     return out.getvalue()
+
+
+def in_session(server: str, key: str) -> Client:
+    """An MCP client in the session SESSION, whose selection the scene records and forges."""
+    headers = {"mcp-session-id": SESSION}
+    return Client(StreamableHttpTransport(f"{server}/mcp/", auth=key, headers=headers))
 
 
 def make_user(username: str, team: Team, role: str) -> Any:

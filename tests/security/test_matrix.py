@@ -250,7 +250,7 @@ def tool_listed(scene, actor, result, created) -> None:
 
 
 def tool_active(scene, actor, result, created) -> None:
-    """Called with the key's selection forged to team B's sandbox: nothing is active."""
+    """Called with the session's selection forged to team B's sandbox: nothing is active."""
     assert not result.is_error, text_of(result)
     assert result.structured_content["sandbox"] is None
 
@@ -269,7 +269,7 @@ TASK_B = [{"task_id": B_JOB, "sandbox_id": B_SB}, {"task_id": B_JOB, "sandbox_id
 TOOL_CASES: dict[str, ToolCase] = {
     "get_sandbox": ToolCase(on_b()),
     "delete_sandbox": ToolCase(on_b(), write=True),
-    "select_sandbox": ToolCase(on_b()),  # changes the key's selection, needs only read
+    "select_sandbox": ToolCase(on_b()),  # changes the session's selection, needs only read
     "run_command": ToolCase(on_b(command=PWN), write=True),
     "run_python": ToolCase(on_b(code="open('/workspace/pwned', 'w')"), write=True),
     "install_packages": ToolCase(on_b(packages=["six"]), write=True),
@@ -342,7 +342,7 @@ def test_mcp_tool_with_team_b_ids(matrix_scene, asgi_server, matrix_orm, actor):
 
     async def conversation() -> list[str]:
         problems = []
-        async with Client(f"{asgi_server}/mcp/", auth=scene.keys[actor]) as client:
+        async with matrix.in_session(asgi_server, scene.keys[actor]) as client:
             for tool in await client.list_tools():
                 case = TOOL_CASES.get(tool.name)
                 if case is None:
@@ -382,7 +382,7 @@ def test_mcp_write_tools_on_the_own_team_refused_to_viewer_and_read_only_key(
 @pytest.mark.parametrize("matrix_scene", FAKE, indirect=True)
 def test_every_tool_has_a_case_that_agrees_with_its_annotations(matrix_scene, asgi_server):
     """A tool the catalog calls read-only must not need write here, and one that needs write
-    must not be called read-only (select_sandbox only changes the key's own selection)."""
+    must not be called read-only (select_sandbox only changes the session's own selection)."""
 
     async def catalog():
         async with Client(f"{asgi_server}/mcp/", auth=matrix_scene.keys["viewer"]) as client:

@@ -1,5 +1,5 @@
-"""Workflow services (run_tests, run_once) and the per-key selection, with the in-memory
-backend: one audit row per call, the JUnit summary, cleanup, and their REST endpoints."""
+"""Workflow services (run_tests, run_once) with the in-memory backend: one audit row per
+call, the JUnit summary, cleanup, and their REST endpoints (the selection: test_selection.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from sandboxes import services
 from sandboxes.contract.errors import InvalidInput, NotFound, PermissionDenied
 from sandboxes.contract.results import UploadFile
 from sandboxes.models import Sandbox, SandboxStatus
-from sandboxes.services import junit, removal, selection, workflows
+from sandboxes.services import junit, removal, workflows
 from tenants import apikeys
-from tenants.models import ApiKey, AuditLog, Channel
+from tenants.models import AuditLog
 from tests.fakes import FakeBackend
 
 pytestmark = pytest.mark.django_db
@@ -205,72 +205,6 @@ def test_run_once_deletes_the_sandbox_when_the_command_cannot_run(fake_backend, 
     assert removal.wait_for_removals()
     assert fake_backend.sandboxes == {}
     assert not Sandbox.objects.exclude(status=SandboxStatus.DELETED).exists()
-
-
-# --- selection -------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def key(alice, team_a) -> ApiKey:
-    return apikeys.create_key(alice, team_a, name="agent").key
-
-
-@pytest.fixture
-def as_key(key):
-    return apikeys.principal_for(key, Channel.MCP)
-
-
-@pytest.mark.audit_views
-def test_select_and_get_the_active_sandbox(sandbox, key, as_key):
-    start = last_id()
-    assert selection.get_active_sandbox(as_key, key.pk) is None
-    selected = selection.select_sandbox(as_key, key.pk, sandbox.id)
-    assert selected is not None and selected.id == sandbox.id
-    key.refresh_from_db()
-    assert key.selected_sandbox == sandbox.id
-    active = selection.get_active_sandbox(as_key, key.pk)
-    assert active is not None and active.id == sandbox.id
-    rows = rows_since(start)
-    assert [(r.action, r.outcome) for r in rows] == [
-        ("sandbox.active", "ok"),
-        ("sandbox.get", "ok"),
-        ("sandbox.get", "ok"),
-    ]
-    assert rows[1].details["selected"] == sandbox.id and rows[1].target_id == sandbox.id
-    assert selection.select_sandbox(as_key, key.pk, None) is None
-    key.refresh_from_db()
-    assert key.selected_sandbox == ""
-
-
-def test_a_deleted_selection_is_dropped(sandbox, key, as_key, as_alice):
-    selection.select_sandbox(as_key, key.pk, sandbox.id)
-    services.delete_sandbox(as_alice, sandbox.id)
-    assert selection.get_active_sandbox(as_key, key.pk) is None
-    key.refresh_from_db()
-    assert key.selected_sandbox == ""
-
-
-def test_created_and_deleted_sandboxes_follow_the_selection(sandbox, key, as_key):
-    selection.remember_created(as_key, key.pk, sandbox.id)
-    key.refresh_from_db()
-    assert key.selected_sandbox == sandbox.id
-    selection.forget_deleted(as_key, key.pk, "sb_other000000")
-    key.refresh_from_db()
-    assert key.selected_sandbox == sandbox.id
-    selection.forget_deleted(as_key, key.pk, sandbox.id)
-    key.refresh_from_db()
-    assert key.selected_sandbox == ""
-
-
-def test_another_teams_sandbox_or_key_is_not_found(sandbox, key, bob, team_b):
-    bobs = apikeys.create_key(bob, team_b).key
-    as_bob = apikeys.principal_for(bobs, Channel.MCP)
-    with pytest.raises(NotFound):
-        selection.select_sandbox(as_bob, bobs.pk, sandbox.id)
-    with pytest.raises(NotFound):
-        selection.get_active_sandbox(as_bob, key.pk)
-    bobs.refresh_from_db()
-    assert bobs.selected_sandbox == ""
 
 
 # --- the REST endpoints ----------------------------------------------------------------------

@@ -22,7 +22,9 @@ Types (C: client to agent, A: agent to client):
 - RESULT   A  JSON: the answer; ends the request.
 - ERROR    A  JSON {"kind": ERR_*, "message": ...}: the request failed; ends it. With id 0:
               the agent could not go on (a malformed frame) and exits.
-- HELLO    A  id 0, JSON {"version", "pid", "python", "subreaper"}: the agent is ready.
+- HELLO    A  id 0, JSON {"version", "pid", "python", "subreaper", "private"}: the agent is
+              ready ("private": it is not dumpable, so no process of the sandbox can open
+              its streams; inside/guard.py).
 - CREDIT   A  4-byte count: the agent consumed that many inbound bytes of the request, so the
               client may send that many more (at most WINDOW unacknowledged per request).
 - ACK      C  4-byte count: the client's reader took that many bytes of a port stream, so the
@@ -86,12 +88,17 @@ from typing import Any
 from hosts.backends.agent.inside.constants import *  # noqa: F403
 from hosts.backends.agent.inside.constants import DATA, HEADER, MAX_PAYLOAD
 
-# python3 -c BOOTSTRAP: reads the agent's source (length-prefixed) from fd 0 with os.read, so
-# no buffered reader takes frames that follow, and runs it as __sandhub_agent__. Short, and
-# named on its first line: `ps` in the sandbox shows it as the agent's command line.
+# python3 -c BOOTSTRAP: first makes the process non-dumpable (inside/guard.py: from then on
+# no process of the sandbox may open its /proc/PID/fd, and so its stdin and stdout), then
+# reads the agent's source (length-prefixed) from fd 0 with os.read, so no buffered reader
+# takes frames that follow, and runs it as __sandhub_agent__. Short, and named on its first
+# line: `ps` in the sandbox shows it as the agent's command line.
 BOOTSTRAP = (
     "# sandhub agent: its source comes on stdin\n"
     "import os\n"
+    "try:\n"
+    " import ctypes; ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\n"
+    "except Exception: pass\n"
     "def r(n):\n"
     " b = b''\n"
     " while len(b) < n:\n"

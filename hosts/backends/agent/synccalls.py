@@ -19,12 +19,14 @@ def manifest(
     client: AgentClient,
     root: str,
     *,
+    top: str,
     after: str | None,
     limit: int,
     timeout: float = CALL_TIMEOUT,
 ) -> ManifestPage:
-    """A page of the tree under root (base.SandboxBackend.manifest); NotADirectoryError."""
-    body = {"op": "manifest", "root": root, "after": after or "", "limit": limit}
+    """A page of the tree under root (base.SandboxBackend.manifest), reached from top (the
+    workspace) without a link; NotADirectoryError."""
+    body = {"op": "manifest", "root": root, "top": top, "after": after or "", "limit": limit}
     call = client._call(body, lambda rid: Collect(client, rid, protocol.CH_ENTRIES), timeout)
     assert isinstance(call, Collect)
     entries = [
@@ -48,9 +50,13 @@ def manifest(
     )
 
 
-def remove(client: AgentClient, root: str, names: bytes, *, timeout: float = CALL_TIMEOUT) -> int:
-    """Remove the NUL-separated relative `names` under root; how many existed."""
+def remove(
+    client: AgentClient, root: str, names: bytes, *, top: str, timeout: float = CALL_TIMEOUT
+) -> int:
+    """Remove the NUL-separated relative `names` under root, reached from top (the
+    workspace) without a link; how many existed. NotADirectoryError for a link on the way."""
     deadline = time.monotonic() + timeout
-    call = client._open({"op": "remove", "root": root}, lambda rid: Call(client, rid))
+    body = {"op": "remove", "root": root, "top": top}
+    call = client._open(body, lambda rid: Call(client, rid))
     client._stream(call, names, deadline)
     return int(call.wait_body(deadline)["removed"])

@@ -135,7 +135,8 @@ class Files:
         --null -T -` with the names on its stdin, never on a command line or through a
         shell's parsing. The manifest and deletions are agentfirst.py's, for every kind."""
         names = syncscripts.names_blob(paths)
-        argv = ["sh", "-c", syncscripts.TAR_LIST, "sandhub-tar", root, str(len(names))]
+        top = syncscripts.WORKSPACE  # the root is reached from there without a link
+        argv = ["sh", "-c", syncscripts.TAR_LIST, "sandhub-tar", root, str(len(names)), top]
         return self._stream(state, argv, root, names)
 
     def _stream(

@@ -69,7 +69,11 @@ class SshAgentPlace:
         try:
             # No cwd: the agent never needs one (every command names its own), and a `cd`
             # first would cost a shell.
-            command = layout.as_sandbox(state, [self.python, "-I", "-u", "-c", BOOTSTRAP])
+            # The marker also on its command line: the agent is not dumpable, so destroy
+            # cannot read its environment as the login user (provision._DESTROY).
+            marker = f"{layout.MARKER_ENV}={layout.check_sandbox_id(state['sandbox_id'])}"
+            argv = [self.python, "-I", "-u", "-c", BOOTSTRAP, marker]
+            command = layout.as_sandbox(state, argv)
         except layout.LayoutError as exc:
             raise BackendError(f"cannot start the sandbox agent: {exc}") from exc
         channel = connection.open_channel()

@@ -11,10 +11,11 @@ may `sudo -n`, the sandbox's own Unix user; the script undoes what it made on an
 sandbox has its own user, else as the login user.
 
 destroy kills every process of the sandbox (those whose environment carries its
-SANDHUB_SANDBOX_ID marker; with its own user also every process of that uid, at once with
-kill(-1) as that user, which a forking process cannot outrun), waits until none is left,
-removes the files its user left in the shared temporary directories (a later user given the
-same uid would own them), the user, and the directory.
+SANDHUB_SANDBOX_ID marker, or whose command line does: the agent's, whose environment is
+closed to the login user as it is not dumpable; with its own user also every process of
+that uid, at once with kill(-1) as that user, which a forking process cannot outrun),
+waits until none is left, removes the files its user left in the shared temporary
+directories (a later user given the same uid would own them), the user, and the directory.
 """
 
 from __future__ import annotations
@@ -97,8 +98,9 @@ if [ -n "$own" ] && uid=$(id -u -- "$user" 2>/dev/null); then
 else
   uid=
 fi
+# [S]: a pattern that is not the line it finds, so grep does not find its own command line.
 marked() {
-  grep -lzxF -- "SANDHUB_SANDBOX_ID=$id" /proc/[0-9]*/environ 2>/dev/null \\
+  grep -lzx -- "[S]ANDHUB_SANDBOX_ID=$id" /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null \\
     | while IFS=/ read -r _ _ p _; do echo "$p"; done
 }
 owned() {

@@ -141,7 +141,8 @@ class SshTars:
         nothing maps back. The manifest and deletions are agentfirst.py's, for every kind."""
         names = syncscripts.names_blob(paths)
         host_root = layout.host_path(state, root)
-        argv = ["sh", "-c", syncscripts.TAR_LIST, "sandhub-tar", host_root, str(len(names))]
+        top = layout.host_path(state, syncscripts.WORKSPACE)  # reached without a link
+        argv = ["sh", "-c", syncscripts.TAR_LIST, "sandhub-tar", host_root, str(len(names)), top]
         return self._stream(state, argv, root, names)
 
     def _stream(

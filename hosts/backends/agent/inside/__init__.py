@@ -8,6 +8,7 @@ only use names of the modules before it, and no two define the same top-level na
 tests; nothing there runs at import.
 
 - constants: the protocol's constants, the one copy both ends use (protocol.py documents them);
+- guard: the agent's streams and memory are its own (non-dumpable; children open up safely);
 - oom:   every child the agent starts goes before it when memory runs out (oom_score_adj);
 - wire:  frames out, requests in flight, the worker pool and the reaper of children;
 - procs: the fork-free /proc sweep, output kept head and tail;
@@ -18,4 +19,4 @@ tests; nothing there runs at import.
 - main:  the agent itself: reads frames, dispatches requests, shuts down at end of input.
 """
 
-PARTS = ("constants", "oom", "wire", "procs", "command", "files", "sync", "ports", "main")
+PARTS = ("constants", "guard", "oom", "wire", "procs", "command", "files", "sync", "ports", "main")

@@ -42,6 +42,7 @@ from .files import (
     op_read,
     op_write,
 )
+from .guard import LIBC, guard_streams, keep_to_itself
 from .ports import op_port
 from .procs import SWEEP_LIMIT
 from .sync import op_manifest, op_remove
@@ -49,8 +50,8 @@ from .wire import Pool, Reaper, Refusal, Request, Wire
 
 
 class Agent:
-    def __init__(self, in_fd: int, out_fd: int) -> None:
-        self.in_fd, self.wire = in_fd, Wire(out_fd)
+    def __init__(self, in_fd: int, out_fd: int, private: bool = False) -> None:
+        self.in_fd, self.wire, self.private = in_fd, Wire(out_fd), private
         self.base_env = dict(os.environ)  # the sandbox's environment, for every command
         self.requests: dict[int, Request] = {}
         self.lock = threading.Lock()
@@ -75,6 +76,7 @@ class Agent:
     def serve(self) -> None:
         hello = {"version": VERSION, "pid": os.getpid(), "python": sys.version.split()[0]}
         hello["subreaper"] = self.subreaper
+        hello["private"] = self.private  # not dumpable: its streams are closed to commands
         self.wire.send([self.wire.control(0, HELLO, hello)])
         buffer = bytearray()
         while True:
@@ -155,26 +157,27 @@ class Agent:
 def set_process_options() -> bool:
     """Become a child subreaper, so orphans of commands come back to the agent (and are
     reaped here); name the process. True if the agent is a subreaper."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(15, b"sandhub-agent", 0, 0, 0)  # PR_SET_NAME
-        return bool(libc.prctl(36, 1, 0, 0, 0) == 0)  # PR_SET_CHILD_SUBREAPER
-    except Exception:  # no ctypes in this python: orphans go to the container's init
+    if LIBC is None:  # no ctypes in this python: orphans go to the container's init
         return False
+    LIBC.prctl(15, b"sandhub-agent", 0, 0, 0)  # PR_SET_NAME
+    return bool(LIBC.prctl(36, 1, 0, 0, 0) == 0)  # PR_SET_CHILD_SUBREAPER
 
 
 def main() -> None:
-    # Frames travel on private copies of stdin and stdout; fds 0 and 1 become /dev/null, so
-    # nothing else written there (a stray print, a library's warning) can corrupt them.
+    # First: nothing of the sandbox's may look into the agent (guard.py). BOOTSTRAP did it
+    # already where it could; this says whether it holds.
+    private = keep_to_itself()
+    # Frames travel on private copies of stdin and stdout (close-on-exec, as os.dup makes
+    # them); fds 0 and 1 become /dev/null, so nothing else written there (a stray print, a
+    # library's warning) can corrupt them.
     in_fd, out_fd = os.dup(0), os.dup(1)
+    guard_streams(in_fd, out_fd)
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
     os.close(null)
     threading.stack_size(512 * 1024)
-    Agent(in_fd, out_fd).serve()
+    Agent(in_fd, out_fd, private).serve()
 
 
 if __name__ == "__sandhub_agent__":  # run as the bundle (protocol.BOOTSTRAP)

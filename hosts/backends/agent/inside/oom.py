@@ -14,7 +14,12 @@ only where the child then runs exactly as Popen(argv) alone would run it:
 - a /bin/sh shim that writes the score and execs the command, where dash runs it as Popen
   would (+0.5 ms: one more exec);
 - Popen's preexec_fn elsewhere (+1.8 ms: it forces fork instead of vfork, and then every page
-  the agent writes is a copy-on-write fault).
+  the agent writes is a copy-on-write fault). The forked child is not dumpable, as the agent
+  is not (guard.py), so its /proc/self/oom_score_adj is root's: it closes the agent's
+  streams and becomes dumpable first.
+
+bash reads BASH_ENV from its own copy of the memfd (passed as that fd, /proc/self/fd/N, and
+closed by the script): the agent's /proc/PID/fd is closed to the sandbox user.
 
 Measured through the agent (`true`, median, idle host; loaded: about twice the extra): Popen
 alone 1.7 ms. A helper process of score 1000 that spawns for the agent costs +0.3 ms too,
@@ -27,6 +32,8 @@ import fcntl
 import os
 import threading
 from typing import Any
+
+from .guard import open_up_child
 
 _OOM_SHIM = 'echo 1000 2>/dev/null >/proc/self/oom_score_adj; exec "$@"'
 _OOM_PATH = b"/proc/self/oom_score_adj"
@@ -49,6 +56,7 @@ _DASH = _is_dash()
 
 def _oom_first_in_child() -> None:
     """Popen's preexec_fn: runs in the forked child of a threaded agent, so raw calls only."""
+    open_up_child()
     try:
         fd = os.open(_OOM_PATH, os.O_WRONLY)
         try:
@@ -101,42 +109,46 @@ def _starts_as_popen_would(program: str, cwd: str, env: dict[str, str]) -> bool:
         return False
 
 
-# Read by bash -c before the command: the score, then BASH_ENV gone from what the command
-# sees, and a last builtin whose argument is what $_ holds at bash's start (argv[0], as no
-# `_` is in the environment): $? is 0, $_ is as without it. Errors go nowhere, as the shim's.
+# Read by bash -c before the command: the score, then the memfd (fd {fd}, bash's copy) closed
+# and BASH_ENV gone from what the command sees, and a last builtin whose argument is what $_
+# holds at bash's start (argv[0], as no `_` is in the environment): $? is 0, $_ is as
+# without it. Errors go nowhere, as the shim's. `exec`, not `builtin exec`: redirections of
+# any other command, `builtin` included, last only as long as it runs (no function can be
+# called exec: _bash_reads_env refuses BASH_FUNC_ variables).
 _BASH_ENV_SCRIPT = (
-    b"builtin echo 1000 2>/dev/null >/proc/self/oom_score_adj\n"
-    b"builtin unset -v BASH_ENV\n"
-    b"builtin : bash\n"
+    "builtin echo 1000 2>/dev/null >/proc/self/oom_score_adj\n"
+    "exec {fd}<&-\n"
+    "builtin unset -v BASH_ENV\n"
+    "builtin : bash\n"
 )
 # What would change how bash starts, or what it runs before the command: then not this way.
 _BASH_OWN_NAMES = frozenset(("BASH_ENV", "_", "POSIXLY_CORRECT", "SHELLOPTS", "ENV"))
 _bash_env_lock = threading.Lock()
-_bash_env: list[str] = []  # the memfd's path once made; "" when it cannot be made
+_bash_env: list[int] = []  # the memfd once made; -1 when it cannot be made
 
 
-def _bash_env_path() -> str:
-    """/proc/AGENT/fd/N of a sealed memfd holding _BASH_ENV_SCRIPT ("" if none can be made).
-    Sealed: nothing with the sandbox's uid can change what bash reads there."""
+def _bash_env_fd() -> int:
+    """A sealed memfd holding _BASH_ENV_SCRIPT (-1 if none can be made), passed to bash as
+    the same fd. Sealed: nothing with the sandbox's uid can change what bash reads there."""
     with _bash_env_lock:
         if not _bash_env:
             _bash_env.append(_make_bash_env())
         return _bash_env[0]
 
 
-def _make_bash_env() -> str:
+def _make_bash_env() -> int:
     try:
         fd = os.memfd_create("sandhub-oom", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-        os.write(fd, _BASH_ENV_SCRIPT)
+        script = _BASH_ENV_SCRIPT.format(fd=fd).encode()
+        os.write(fd, script)
         seals = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
-        path = f"/proc/{os.getpid()}/fd/{fd}"
-        with open(path, "rb") as check:  # as bash will open it
-            if check.read() != _BASH_ENV_SCRIPT:
-                return ""
-        return path
+        with open(f"/proc/self/fd/{fd}", "rb") as check:  # as bash will open it
+            if check.read() != script:
+                return -1
+        return fd
     except (AttributeError, OSError):  # an old kernel or python, no /proc
-        return ""
+        return -1
 
 
 def _bash_reads_env(argv: list[str], cwd: str, env: dict[str, str]) -> bool:
@@ -155,9 +167,10 @@ def oom_first(argv: list[str], options: dict[str, Any]) -> tuple[list[str], dict
     otherwise runs as Popen(argv, **options) would run it."""
     env, cwd = options.get("env"), options.get("cwd")
     if env is not None and isinstance(cwd, str) and _bash_reads_env(argv, cwd, env):
-        path = _bash_env_path()
-        if path:
-            return argv, {**options, "env": {**env, "BASH_ENV": path}}
+        fd = _bash_env_fd()
+        if fd >= 0:
+            bash_env = {**env, "BASH_ENV": f"/proc/self/fd/{fd}"}
+            return argv, {**options, "env": bash_env, "pass_fds": (fd,)}
     if (
         _DASH
         and argv

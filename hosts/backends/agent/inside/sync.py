@@ -1,5 +1,10 @@
 """Sync of a tree: its manifest, page by page, and deletions (part 5 of the agent).
 
+A sync root is reached without following a symbolic link: from `top` (/workspace as this
+side sees it), each directory on the way is opened with O_NOFOLLOW, so a link (/workspace/out
+-> /etc, or one further up) is refused by name instead of leading the manifest, a deletion
+or a download outside the workspace, and the tree is then walked from the directory opened.
+
 The manifest is sorted by path bytewise (UTF-8 order: a-x < a.txt < a/b), yet walked lazily:
 at each level the entries and the subtrees of directories are merged under the keys `name`
 and `name/`, which is exactly where the subtree's paths fall among its siblings. So a page
@@ -18,6 +23,7 @@ from .constants import CH_ENTRIES, CHUNK, ERR_INVALID, ERR_NOT_A_DIRECTORY
 from .wire import Refusal, Request, refusal
 
 MANIFEST_MAX = 5000  # entries in one page, as the services cap it
+_NO_LINK_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _SYNC_KINDS = ((stat.S_ISREG, "file"), (stat.S_ISDIR, "dir"), (stat.S_ISLNK, "link"))
 
 
@@ -77,6 +83,42 @@ def _walk(top: str, prefix: str, after: str):
                 yield row
 
 
+def _shown(path: str, top: str) -> str:
+    """A path as the sandbox names it (top is /workspace there)."""
+    return "/workspace" + path[len(top.rstrip("/")) :]
+
+
+def _open_root(root: str, top: str) -> int | None:
+    """root's directory, opened from top one directory at a time without following a link:
+    its fd, or None when it (or a directory on the way) is missing. Refusal for a symbolic
+    link or a file on the way, or a root outside top."""
+    top = top.rstrip("/") or "/"
+    if root != top and not root.startswith(top.rstrip("/") + "/"):
+        raise Refusal(ERR_INVALID, f"{root} is not under {top}")
+    parent, path = None, top
+    parts = [""] + [part for part in root[len(top) :].split("/") if part]
+    for part in parts:
+        if part:
+            path = path.rstrip("/") + "/" + part
+        try:
+            fd = os.open(part or top, _NO_LINK_DIRECTORY, dir_fd=parent)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if exc.errno != 20:  # ENOTDIR: a link, or a file (told apart below)
+                raise refusal(exc, f"cannot open {_shown(path, top)}") from None
+            if stat.S_ISLNK(os.lstat(part or top, dir_fd=parent).st_mode):
+                message = "is a symbolic link: a sync root is never reached through one"
+            else:
+                message = "is not a directory"
+            raise Refusal(ERR_NOT_A_DIRECTORY, f"{_shown(path, top)} {message}") from None
+        finally:
+            if parent is not None:
+                os.close(parent)
+        parent = fd
+    return parent
+
+
 def op_manifest(request: Request) -> dict:
     """Up to `limit` entries under `root` with a path after `after`, sorted; DATA on
     CH_ENTRIES (JSON lists of [path, kind, size, mtime, mode, target]) and RESULT
@@ -86,17 +128,20 @@ def op_manifest(request: Request) -> dict:
     limit = int(request.args.get("limit") or 1000)
     if not 1 <= limit <= MANIFEST_MAX:
         raise Refusal(ERR_INVALID, f"limit must be 1 to {MANIFEST_MAX}")
-    try:
-        info = os.lstat(root)
-    except FileNotFoundError:
+    fd = _open_root(root, str(request.args.get("top") or root))
+    if fd is None:
         return {"exists": False, "next": None, "count": 0}
-    except OSError as exc:
-        raise refusal(exc, f"cannot list {root}") from None
-    if not stat.S_ISDIR(info.st_mode):
-        raise Refusal(ERR_NOT_A_DIRECTORY, f"{root} is not a directory")
+    try:
+        return _manifest_page(request, f"/proc/self/fd/{fd}", after, limit)
+    finally:
+        os.close(fd)
+
+
+def _manifest_page(request: Request, top: str, after: str, limit: int) -> dict:
+    """The page, walked from `top` (the root's directory, as this process holds it open)."""
     rows: list = []
     wire, size, count, last = request.wire, 0, 0, None
-    walk = _walk(root, "", after)
+    walk = _walk(top, "", after)
     for row in walk:
         if count == limit:
             walk.close()
@@ -118,9 +163,10 @@ def _flush(request: Request, rows: list, result: dict) -> dict:
 
 def op_remove(request: Request) -> dict:
     """Remove the entries named (relative to `root`, NUL-separated on CH_STDIN): files and
-    links unlinked, directories with what they hold. A name with `..`, `.` or an empty part
-    is skipped, and so is one whose parent resolves outside the root (a link on the way):
-    nothing outside the root is touched. RESULT {"removed"}: how many existed."""
+    links unlinked, directories with what they hold. The root is reached without a link
+    (_open_root); a name with `..`, `.` or an empty part is skipped, and so is one whose
+    parent resolves outside the root (a link on the way): nothing outside the root is
+    touched. RESULT {"removed"}: how many existed."""
     root = str(request.args["root"])
     data = bytearray()
     while True:
@@ -128,12 +174,13 @@ def op_remove(request: Request) -> dict:
         if chunk is None:
             break
         data += chunk
-    try:
-        real = os.path.realpath(root)
-        if not os.path.isdir(real):
-            return {"removed": 0}
-    except OSError as exc:
-        raise refusal(exc, f"cannot delete under {root}") from None
+    fd = _open_root(root, str(request.args.get("top") or root))
+    if fd is None:
+        return {"removed": 0}
+    try:  # where the directory opened is (a name already checked for links)
+        real = os.path.realpath(f"/proc/self/fd/{fd}")
+    finally:
+        os.close(fd)
     removed = 0
     for raw in bytes(data).split(b"\0"):
         name = raw.decode("utf-8", "surrogateescape")
