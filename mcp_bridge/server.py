@@ -39,8 +39,9 @@ delete_sandbox, stop_app and cancel_background. run_once does create-run-delete 
 For long jobs (servers, builds) start_background returns a task id at once; follow it with
 check_background, stop it with cancel_background. To run a web app and open it in a browser,
 deploy_app starts it and returns its URL (get_preview_url for an app already running,
-stop_app to stop it); previews work even without network. Sandboxes have no network unless
-your team allows it. Errors say what to change.
+stop_app to stop it); previews work even without network. To hand a person a file, give
+them get_file_link's URL (no login needed; it expires; list_links and revoke_link manage
+them). Sandboxes have no network unless your team allows it. Errors say what to change.
 """
 
 

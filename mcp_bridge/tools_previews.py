@@ -56,9 +56,11 @@ WaitSeconds = Annotated[
     ),
 ]
 ExpiresSeconds = Annotated[
-    int,
+    int | None,
     Field(
-        description="How long the URL's token stays valid, in seconds.",
+        description=f"How long the URL's token stays valid, in seconds; omit for "
+        f"{services.DEFAULT_TOKEN_SECONDS} (viewers and read-only keys: at most, and by "
+        f"default, {services.VIEWER_TOKEN_SECONDS}).",
         ge=60,
         le=services.MAX_TOKEN_SECONDS,
     ),
@@ -75,7 +77,7 @@ Public = Annotated[
 class DeployedApp(
     Shape,
     source=results.DeployedApp,
-    fields="url sandbox_id port preview_id task_id expires_at",
+    fields="url sandbox_id port preview_id task_id link_id expires_at",
     rename={"task_id": "command_id"},
     describe={
         "task_id": "the app's background command: check_background shows its output, "
@@ -88,7 +90,7 @@ class DeployedApp(
 class PreviewUrl(
     Shape,
     source=results.PreviewLink,
-    fields="url sandbox_id port preview_id public expires_at",
+    fields="url sandbox_id port preview_id public link_id expires_at",
 ):
     url: str = Field(description=URL)
 
@@ -148,7 +150,7 @@ def register(mcp: FastMCP) -> None:
     async def get_preview_url(
         port: Port,
         sandbox_id: SandboxId = None,
-        expires_seconds: ExpiresSeconds = services.DEFAULT_TOKEN_SECONDS,
+        expires_seconds: ExpiresSeconds = None,
         public: Public = None,
     ) -> PreviewUrl:
         """Get a URL that opens a port of a sandbox in a browser, through the platform: for

@@ -80,9 +80,8 @@ def link(backend: DockerBackend) -> Iterator[AgentLink]:
 @pytest.fixture(scope="module")
 def no_python_image(engine: docker.DockerClient) -> Iterator[str]:
     """The sandbox image without python3: the agent cannot run in it."""
-    dockerfile = (
-        f"FROM {IMAGE}\nUSER root\nRUN rm -f /usr/bin/python3 /usr/bin/python3.*\nUSER sandbox\n"
-    )
+    pythons = "/usr/bin/python3 /usr/bin/python3.* /usr/libexec/sandhub"  # the agent's copy too
+    dockerfile = f"FROM {IMAGE}\nUSER root\nRUN rm -rf {pythons}\nUSER sandbox\n"
     engine.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=NO_PYTHON_IMAGE, rm=True)
     yield NO_PYTHON_IMAGE
     with contextlib.suppress(docker.errors.APIError):

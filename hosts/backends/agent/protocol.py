@@ -149,3 +149,18 @@ class FrameReader:
     @property
     def pending(self) -> int:
         return len(self._buffer)
+
+
+# An execute-only copy of python3 that the sandbox image carries (images/sandbox/Dockerfile).
+# A process whose program its user may not read is non-dumpable from its first instruction
+# (the kernel's would_dump at exec): BOOTSTRAP's prctl comes only after the interpreter has
+# started (~15 ms), and in between a process of the sandbox could open the agent's
+# /proc/PID/fd and keep its pipes. Images without it start the given python3.
+PRIVATE_PYTHON = "/usr/libexec/sandhub/python3"
+_START = f'p={PRIVATE_PYTHON}; [ -x "$p" ] || p="$1"; exec "$p" -I -u -c "$2"'
+
+
+def start_argv(python: str, program: str = BOOTSTRAP) -> list[str]:
+    """The agent's command line: the private interpreter where the image has it, else
+    `python`, running `program` (BOOTSTRAP; a test's probe)."""
+    return ["/bin/sh", "-c", _START, "sandhub-agent", python, program]

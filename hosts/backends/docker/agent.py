@@ -1,8 +1,10 @@
 """The sandbox agent in Docker sandboxes: its transport (one exec each) and what failures mean.
 
 The agent (hosts/backends/agent/) runs as the sandbox user in ONE long-lived exec with stdin
-attached: `python3 -I -u -c BOOTSTRAP`, its source sent over that stdin. Nothing is baked
-into the image and nothing listens on a port. The exec's hijacked connection is the
+attached: `python3 -I -u -c BOOTSTRAP` (protocol.start_argv: the image's execute-only copy of
+python3 when it has one, so the agent is never open to the sandbox's processes), its source
+sent over that stdin. Nothing of the agent is baked into the image and nothing listens on a
+port. The exec's hijacked connection is the
 transport; the engine multiplexes the exec's stdout and stderr on it (tty off), in frames
 (ExecStream takes them apart): stdout carries the agent's frames, stderr its diagnostics.
 
@@ -21,7 +23,7 @@ import docker.errors
 
 from hosts.backends.agent.client import AgentClient, AgentStartFailed, AgentUnavailable
 from hosts.backends.agent.link import AgentLink, Started
-from hosts.backends.agent.protocol import BOOTSTRAP
+from hosts.backends.agent.protocol import start_argv
 from hosts.backends.base import BackendError, SandboxGone
 from hosts.backends.docker.engine import Engine
 from hosts.backends.docker.names import (
@@ -37,7 +39,8 @@ __all__ = ["DockerAgentPlace", "DockerTransport", "agent_link"]
 
 _STDERR_KEEP = 8192
 # What the engine says when the exec's program is missing (on the exec's stdout).
-_MISSING = ("executable file not found", "no such file or directory")
+# The engine's words for a missing /bin/sh, and dash's for a missing python3.
+_MISSING = ("executable file not found", "no such file or directory", ": not found")
 
 
 class DockerTransport:
@@ -94,7 +97,7 @@ class DockerAgentPlace:
             try:
                 exec_id = api.exec_create(
                     container,
-                    [self.python, "-I", "-u", "-c", BOOTSTRAP],
+                    start_argv(self.python),
                     stdin=True,
                     stdout=True,
                     stderr=True,
