@@ -56,6 +56,7 @@ def deployed(world: World, asgi_server: str) -> dict[str, Any]:
             app = await client.call_tool(
                 "deploy_app",
                 {
+                    "sandbox_id": box["id"],
                     "command": f"python3 app.py {APP_PORT}",
                     "port": APP_PORT,
                     "files": files("app.py", "ws_echo.py"),
@@ -63,7 +64,12 @@ def deployed(world: World, asgi_server: str) -> dict[str, Any]:
                 },
             )
             echo = await client.call_tool(
-                "deploy_app", {"command": f"python3 ws_echo.py {WS_PORT}", "port": WS_PORT}
+                "deploy_app",
+                {
+                    "sandbox_id": box["id"],
+                    "command": f"python3 ws_echo.py {WS_PORT}",
+                    "port": WS_PORT,
+                },
             )
             return {"box": box, "app": app.structured_content, "ws": echo.structured_content}
 
@@ -163,7 +169,9 @@ def test_host_name_mode(deployed, asgi_server, world, settings):
 
     async def link() -> str:
         async with mcp(asgi_server, world.keys["alice"]) as client:
-            answer = await client.call_tool("get_preview_url", {"port": APP_PORT})
+            answer = await client.call_tool(
+                "get_preview_url", {"sandbox_id": deployed["box"]["id"], "port": APP_PORT}
+            )
             return answer.structured_content["url"]
 
     url = urlsplit(run(link()))

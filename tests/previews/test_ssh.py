@@ -120,6 +120,7 @@ def deployed(world: World, asgi_server: str, shared_host: Host) -> Iterator[dict
                 app = await client.call_tool(
                     "deploy_app",
                     {
+                        "sandbox_id": box["id"],
                         "command": f"python3 app.py {APP_PORT}",
                         "port": APP_PORT,
                         "files": files("app.py", "ws_echo.py"),
@@ -128,7 +129,12 @@ def deployed(world: World, asgi_server: str, shared_host: Host) -> Iterator[dict
                 )
                 made["app"] = app.structured_content
                 echo = await client.call_tool(
-                    "deploy_app", {"command": f"python3 ws_echo.py {WS_PORT}", "port": WS_PORT}
+                    "deploy_app",
+                    {
+                        "sandbox_id": box["id"],
+                        "command": f"python3 ws_echo.py {WS_PORT}",
+                        "port": WS_PORT,
+                    },
                 )
                 made["ws"] = echo.structured_content
             except BaseException:
@@ -153,6 +159,7 @@ def team_b_app(world: World, asgi_server: str, shared_host: Host) -> Iterator[di
                 app = await client.call_tool(
                     "deploy_app",
                     {
+                        "sandbox_id": box["id"],
                         "command": f"python3 app.py {B_PORT}",
                         "port": B_PORT,
                         "files": files("app.py") + secret,
