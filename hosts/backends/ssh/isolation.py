@@ -163,18 +163,23 @@ set -- "$@" --dev /dev --proc /proc --size "$((tmp_mb * 1048576))" --tmpfs /tmp 
   --size "$((shm_mb * 1048576))" --tmpfs /dev/shm --tmpfs /var/tmp --tmpfs /run \\
   --tmpfs "$base" --bind "$dir" "$dir" --bind "$dir/workspace" /workspace --chdir /workspace
 for d in $devices; do set -- "$@" --dev-bind-try "$d" "$d"; done
-rm -f -- "$dir/holder" "$dir/holder.json"
+rm -f -- "$dir/holder" "$dir/holder.json" "$dir/holder.ready"
+# bubblewrap names its child (fd 3) before the child has built the sandbox: its mounts, its
+# pivot_root and the user namespace of --disable-userns come after. A command entering then
+# joined namespaces still being built (an unmapped gid: "nsenter: setgid failed", one
+# create-then-run in a few). The command bubblewrap runs once all of it is done says so on
+# fd 4, and closes it; only then is the holder named.
 (
   in_cgroups setsid setpriv --reuid="$uid" --regid="$gid" --clear-groups -- \\
     unshare --user --map-current-user --keep-caps --net -- \\
     sh -c 'ip link set lo up && exec setpriv --inh-caps=-all --ambient-caps=-all -- "$@"' \\
-    sh bwrap "$@" -- sleep infinity
-) 3>"$dir/holder.json" </dev/null >/dev/null 2>"$dir/holder.err" &
+    sh bwrap "$@" -- /bin/sh -c 'echo ready >&4; exec sleep infinity 4>&-'
+) 3>"$dir/holder.json" 4>"$dir/holder.ready" </dev/null >/dev/null 2>"$dir/holder.err" &
 started=$!
 made_holder=1
 n=0
 until holder=$(sed -n 's/.*"child-pid": *\\([0-9][0-9]*\\).*/\\1/p' "$dir/holder.json") \\
-    && [ -n "$holder" ]; do
+    && [ -n "$holder" ] && [ -s "$dir/holder.ready" ]; do
   n=$((n + 1))
   if [ "$n" -gt 500 ] || ! kill -0 "$started" 2>/dev/null; then
     fail "the sandbox's namespaces did not start: $(tail -c 300 "$dir/holder.err" 2>/dev/null)"
