@@ -22,6 +22,7 @@ import string
 from django.conf import settings
 
 from sandboxes import services
+from sandboxes.proxy.credentials import cookie_pairs
 from sandboxes.proxy.routing import PreviewTarget
 
 SCOPE_HEX_DIGITS = 10
@@ -46,29 +47,16 @@ def scope_of(target: PreviewTarget) -> str:
     return f"p{digest[:SCOPE_HEX_DIGITS]}_"
 
 
-def _pairs(scope: dict) -> list[tuple[str, str]]:
-    """Every name=value the browser sent, in its order (a name may come twice)."""
-    found: list[tuple[str, str]] = []
-    for key, value in scope.get("headers", []):
-        if key != b"cookie":
-            continue
-        for part in value.decode("latin-1").split(";"):
-            name, _, content = part.strip().partition("=")
-            if name:
-                found.append((name, content))
-    return found
-
-
 def for_app(scope: dict, target: PreviewTarget) -> str | None:
     """The Cookie header the app gets (None: none)."""
     if target.host_mode:
         hidden = platform_cookie_names()
-        kept = [(name, value) for name, value in _pairs(scope) if name not in hidden]
+        kept = [(name, value) for name, value in cookie_pairs(scope) if name not in hidden]
     else:
         prefix = scope_of(target)
         kept = [
             (name[len(prefix) :], value)
-            for name, value in _pairs(scope)
+            for name, value in cookie_pairs(scope)
             if name.startswith(prefix) and len(name) > len(prefix)
         ]
     return "; ".join(f"{name}={value}" for name, value in kept) or None

@@ -23,15 +23,24 @@ def header(scope: dict, name: bytes) -> str | None:
     return None
 
 
-def cookies(scope: dict) -> dict[str, str]:
-    jar: dict[str, str] = {}
+def cookie_pairs(scope: dict) -> list[tuple[str, str]]:
+    """Every name=value the browser sent, in its order (a name may come twice)."""
+    found: list[tuple[str, str]] = []
     for key, value in scope.get("headers", []):
         if key != b"cookie":
             continue
         for part in value.decode("latin-1").split(";"):
             name, _, content = part.strip().partition("=")
             if name:
-                jar.setdefault(name, content)
+                found.append((name, content))
+    return found
+
+
+def cookies(scope: dict) -> dict[str, str]:
+    """The browser's cookies by name (the first of a name wins)."""
+    jar: dict[str, str] = {}
+    for name, content in cookie_pairs(scope):
+        jar.setdefault(name, content)
     return jar
 
 

@@ -37,29 +37,22 @@ class Share:
     def take_sandbox(self, sandbox_id: str) -> str | None:
         """Take the sandbox's slot; the refusal's text when its share is used up."""
         cap = settings.SANDHUB_PREVIEW_SANDBOX_CONNECTIONS
-        if self._take(_sandboxes, sandbox_id, cap):
-            return None
-        return (
-            f"too many connections to this sandbox's previews at once (at most {cap}); "
-            "try again shortly"
-        )
+        return self._take(_sandboxes, sandbox_id, cap, "this sandbox's")
 
     def take_team(self, team: Any) -> str | None:
-        cap = settings.SANDHUB_PREVIEW_TEAM_CONNECTIONS
-        if self._take(_teams, team, cap):
-            return None
-        return (
-            f"too many connections to this team's previews at once (at most {cap}); "
-            "try again shortly"
-        )
+        """Take the team's slot; the refusal's text when its share is used up."""
+        return self._take(_teams, team, settings.SANDHUB_PREVIEW_TEAM_CONNECTIONS, "this team's")
 
-    def _take(self, counts: Counter[Any], key: Any, cap: int) -> bool:
+    def _take(self, counts: Counter[Any], key: Any, cap: int, whose: str) -> str | None:
         with _lock:
             if counts[key] >= cap:
-                return False
+                return (
+                    f"too many connections to {whose} previews at once (at most {cap}); "
+                    "try again shortly"
+                )
             counts[key] += 1
         self._held.append((counts, key))
-        return True
+        return None
 
     def release(self) -> None:
         with _lock:
