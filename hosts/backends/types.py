@@ -1,0 +1,157 @@
+"""The values that cross the backend interface (hosts/backends/base.py re-exports them):
+a sandbox's spec, a command's result, file and manifest entries, what reconciliation and
+probes see, and the head-and-tail buffer that keeps a command's output bounded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    sandbox_id: str
+    image_reference: str
+    cpus: float
+    memory_mb: int
+    pids_limit: int
+    network: bool
+    env: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+    # Size of /workspace in MB, enforced where the backend can (docs/security.md); None: the
+    # backend's default.
+    disk_mb: int | None = None
+    # The host's GPU indices the sandbox gets (CUDA_VISIBLE_DEVICES); empty: none.
+    gpus: tuple[int, ...] = ()
+
+
+@dataclass
+class ExecResult:
+    exit_code: int | None
+    stdout: bytes
+    stderr: bytes
+    stdout_bytes: int  # total produced, including what was cut
+    stderr_bytes: int
+    stdout_truncated: bool
+    stderr_truncated: bool
+    timed_out: bool
+    duration_seconds: float
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    name: str
+    path: str
+    kind: str  # "file" | "dir" | "link" | "other"
+    size: int
+    mtime: float
+    mode: str
+
+
+@dataclass(frozen=True)
+class ManifestEntry:
+    """One entry of a tree manifest (sync): `path` relative to the manifest's root, POSIX."""
+
+    path: str
+    kind: str  # "file" | "dir" | "link" (nothing else is listed)
+    size: int  # 0 for directories
+    mtime: float  # seconds; from the exact decimal of the nanoseconds (as find's %T@)
+    mode: int  # the 0o7777 bits
+    target: str = ""  # links only
+
+
+@dataclass(frozen=True)
+class ManifestPage:
+    """Entries of a tree with paths after a cursor, sorted by path (bytewise: UTF-8 order)."""
+
+    exists: bool  # False: the root is missing (no entries)
+    entries: list[ManifestEntry]
+    next: str | None  # the cursor of the next page (the last path here), None at the end
+
+
+# Labels the platform puts in SandboxSpec.labels; backends that can label what they create keep
+# them, and report them back through list_managed().
+LABEL_INSTANCE = "org.sandhub.instance"  # which Sandhub deployment made it (reconciliation scope)
+LABEL_POOL = "org.sandhub.pool"  # "1" on warm-pool members, claimed or not
+
+
+@dataclass(frozen=True)
+class ManagedResource:
+    """One thing Sandhub made on a host (a container, a volume), as reconciliation sees it."""
+
+    kind: str  # "container" | "volume" | "network" | "disk" (Docker); "directory" | "user" (SSH)
+    label_id: str  # the sandbox or warm-pool id written on it at creation (labels never change)
+    name: str
+    created_at: float | None  # unix time; None when the host cannot tell
+    instance: str = ""  # LABEL_INSTANCE, "" when unlabelled
+    pool: bool = False
+    running: bool = False
+    # What destroy() needs to remove exactly this resource.
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """A background job as its host sees it now (poll_background)."""
+
+    running: bool
+    exit_code: int | None  # None while running, and when the job vanished without one
+    output: bytes  # the last bytes of the log (stdout and stderr interleaved)
+    output_bytes: int  # the log's whole size
+    cancelled: bool = False  # cancel_background was called while it ran
+    # Start to end, by the host's own clock (None until it ended with an exit code).
+    elapsed_seconds: float | None = None
+    # Not running, no exit code, not cancelled: the job vanished (killed together with what
+    # records its exit code, or the sandbox restarted under it).
+    # Set when the job ended but what it left cannot be trusted (its exit file holds no exit
+    # code: the sandbox can write there): the job ended with exit_code None, and this says why.
+    problem: str = ""
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    healthy: bool
+    cpu_percent: float | None = None
+    memory_percent: float | None = None
+    gpu_percent: float | None = None
+    sandboxes_running: int = 0
+    error: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class HeadTailBuffer:
+    """Keeps the first and last `cap // 2` bytes of a stream and counts the rest.
+
+    Memory stays bounded by `cap` however much is written; what is cut is in the middle,
+    where it matters least for reading a failure.
+    """
+
+    def __init__(self, cap: int) -> None:
+        self.cap = max(cap, 0)
+        self._head = bytearray()
+        self._tail = bytearray()
+        self._head_cap = self.cap - self.cap // 2
+        self._tail_cap = self.cap // 2
+        self.total = 0
+
+    def write(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self._head_cap - len(self._head)
+        if room > 0:
+            self._head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk and self._tail_cap:
+            self._tail += chunk
+            if len(self._tail) > self._tail_cap:
+                del self._tail[: len(self._tail) - self._tail_cap]
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > self.cap
+
+    def getvalue(self, marker: bool = True) -> bytes:
+        if not self.truncated:
+            return bytes(self._head + self._tail)
+        cut = self.total - len(self._head) - len(self._tail)
+        middle = f"\n... [{cut} bytes cut] ...\n".encode() if marker else b""
+        return bytes(self._head) + middle + bytes(self._tail)
