@@ -1,0 +1,132 @@
+"""Sandboxes and their lifecycle: the statuses and the transitions allowed between them."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from hosts.models import Host, Image
+from sandboxes.models.ids import new_sandbox_id
+from tenants.models import Team
+
+
+class InvalidTransition(Exception):
+    pass
+
+
+class SandboxStatus(models.TextChoices):
+    PENDING = "pending"
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    DELETED = "deleted"
+    ERROR = "error"
+    LOST = "lost"
+
+
+S = SandboxStatus
+ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
+    S.PENDING: frozenset({S.STARTING, S.ERROR, S.STOPPING, S.DELETED}),
+    S.STARTING: frozenset({S.RUNNING, S.ERROR, S.STOPPING, S.LOST}),
+    S.RUNNING: frozenset({S.STOPPING, S.ERROR, S.LOST}),
+    S.STOPPING: frozenset({S.STOPPED, S.DELETED, S.ERROR}),
+    S.STOPPED: frozenset({S.STARTING, S.STOPPING, S.DELETED}),
+    S.ERROR: frozenset({S.STOPPING, S.DELETED}),
+    S.LOST: frozenset({S.STOPPING, S.DELETED}),
+    S.DELETED: frozenset(),
+}
+# Statuses that hold resources on a host and count against a team's quota.
+LIVE_STATUSES = frozenset({S.PENDING, S.STARTING, S.RUNNING, S.STOPPING})
+
+
+class SandboxQuerySet(models.QuerySet):
+    def visible(self):
+        return self.exclude(status=SandboxStatus.DELETED)
+
+    def live(self):
+        return self.filter(status__in=LIVE_STATUSES)
+
+
+class Sandbox(models.Model):
+    public_id = models.CharField(max_length=32, unique=True, default=new_sandbox_id, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="sandboxes")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="sandboxes"
+    )
+    host = models.ForeignKey(Host, null=True, on_delete=models.PROTECT, related_name="sandboxes")
+    image = models.ForeignKey(Image, on_delete=models.PROTECT)
+    name = models.CharField(max_length=100, blank=True)
+    status = models.CharField(
+        max_length=10, choices=SandboxStatus.choices, default=SandboxStatus.PENDING, db_index=True
+    )
+    status_message = models.TextField(blank=True)
+    cpus = models.FloatField()
+    memory_mb = models.PositiveIntegerField()
+    pids_limit = models.PositiveIntegerField()
+    # Size of /workspace in MB, from the team's quota at creation; null for sandboxes made
+    # before disk limits existed.
+    disk_mb = models.PositiveIntegerField(null=True, blank=True)
+    env = models.JSONField(default=dict, blank=True)
+    network = models.BooleanField(default=False)
+    # The host's GPU indices given to this sandbox (CUDA_VISIBLE_DEVICES for its commands).
+    gpus = models.JSONField(default=list, blank=True)
+    backend_state = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    last_activity_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    objects = SandboxQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["team", "status"], name="sandbox_team_status")]
+
+    def __str__(self) -> str:
+        return self.public_id
+
+    def transition(self, new_status: str, message: str = "") -> None:
+        """Move to new_status if the lifecycle allows it (the caller saves)."""
+        if new_status == self.status:
+            return
+        if new_status not in ALLOWED_TRANSITIONS[self.status]:
+            raise InvalidTransition(f"sandbox {self.public_id}: {self.status} -> {new_status}")
+        self.status = new_status
+        self.status_message = message
+        now = timezone.now()
+        if new_status == SandboxStatus.RUNNING:
+            self.started_at = now
+        elif new_status == SandboxStatus.DELETED:
+            self.deleted_at = now
+
+    def transition_if(self, new_status: str, message: str = "", still: Q | None = None) -> bool:
+        """Compare-and-set: move to new_status only if the row is still as this instance saw it
+        (status and message, and `still` when given) and the lifecycle allows it; saves.
+
+        For changes that race with other processes (two sweepers claiming one sandbox, a
+        reconciliation marking lost a sandbox being deleted): False when another got there
+        first, and then neither the row nor this instance changes.
+        """
+        seen_status, seen_message = self.status, self.status_message
+        seen = {"deleted_at": self.deleted_at, "started_at": self.started_at}
+        self.transition(new_status, message)
+        # Same status, new message: still a compare-and-set (a second sweeper claiming a
+        # sandbox stuck in stopping loses on the message the first one wrote).
+        self.status_message = message
+        rows = Sandbox.objects.filter(pk=self.pk, status=seen_status, status_message=seen_message)
+        if still is not None:
+            rows = rows.filter(still)
+        won = rows.update(
+            status=self.status,
+            status_message=self.status_message,
+            started_at=self.started_at,
+            deleted_at=self.deleted_at,
+        )
+        if not won:
+            self.status, self.status_message = seen_status, seen_message
+            self.deleted_at, self.started_at = seen["deleted_at"], seen["started_at"]
+        return bool(won)
