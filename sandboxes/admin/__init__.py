@@ -1,0 +1,4 @@
+"""Admin for the product: sandboxes (delete through the service), the command history, the
+warm pool, previews and links (read-only). A module a topic; importing them registers them."""
+
+from sandboxes.admin import history, pool, previews, sandbox  # noqa: F401 - registers them
