@@ -53,24 +53,28 @@ def deployed(world: World, asgi_server: str) -> dict[str, Any]:
     async def go() -> dict[str, Any]:
         async with mcp(asgi_server, world.keys["alice"]) as client:
             box = (await client.call_tool("create_sandbox", {"memory_mb": 256})).structured_content
-            app = await client.call_tool(
-                "deploy_app",
-                {
-                    "sandbox_id": box["id"],
-                    "command": f"python3 app.py {APP_PORT}",
-                    "port": APP_PORT,
-                    "files": files("app.py", "ws_echo.py"),
-                    "wait_seconds": 30,
-                },
-            )
-            echo = await client.call_tool(
-                "deploy_app",
-                {
-                    "sandbox_id": box["id"],
-                    "command": f"python3 ws_echo.py {WS_PORT}",
-                    "port": WS_PORT,
-                },
-            )
+            try:
+                app = await client.call_tool(
+                    "deploy_app",
+                    {
+                        "sandbox_id": box["id"],
+                        "command": f"python3 app.py {APP_PORT}",
+                        "port": APP_PORT,
+                        "files": files("app.py", "ws_echo.py"),
+                        "wait_seconds": 30,
+                    },
+                )
+                echo = await client.call_tool(
+                    "deploy_app",
+                    {
+                        "sandbox_id": box["id"],
+                        "command": f"python3 ws_echo.py {WS_PORT}",
+                        "port": WS_PORT,
+                    },
+                )
+            except BaseException:  # the fixture never yields: its sandbox must not stay
+                await client.call_tool("delete_sandbox", {"sandbox_id": box["id"]})
+                raise
             return {"box": box, "app": app.structured_content, "ws": echo.structured_content}
 
     made = run(go())
