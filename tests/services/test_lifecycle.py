@@ -156,9 +156,7 @@ def test_a_job_paused_past_its_max_runtime_is_killed_as_the_sandbox_resumes(
     sandbox, as_alice, fake_backend, monkeypatch
 ):
     monkeypatch.setattr(fake_backend, "enforce_job_timeouts", False)
-    job = services.start_background(
-        as_alice, sandbox.id, "sleep 1000", max_runtime_seconds=60
-    )
+    job = services.start_background(as_alice, sandbox.id, "sleep 1000", max_runtime_seconds=60)
     services.pause_sandbox(as_alice, sandbox.id)
     CommandExecution.objects.filter(pk=job.id).update(
         started_at=timezone.now() - timedelta(seconds=120)
