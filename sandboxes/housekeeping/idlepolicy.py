@@ -60,6 +60,8 @@ def put_aside(
     (what was done: "paused", "stopped", "deleted" or "", and a failure's message)."""
     principal = system_for(sandbox.team)
     for target in (S.PAUSED, S.STOPPED):
+        if not _room_for(sandbox, target):
+            continue  # looked at first: no refused attempt on record every minute
         try:
             suspend(principal, sandbox, target, f"sandbox.{reason}.{_verb(target)}", why, still)
         except QuotaExceeded:
@@ -71,6 +73,17 @@ def put_aside(
         return target, ""
     full = f"{why}; no room among the team's paused or stopped sandboxes"
     return ("deleted", "") if delete(sandbox, still, full, reason) else ("", "")
+
+
+def _room_for(sandbox: Sandbox, target: str) -> bool:
+    """Whether the team has room for one more sandbox in `target` (the claim checks again,
+    locked)."""
+    room = quotas.require_paused_room if target == S.PAUSED else quotas.require_stopped_room
+    try:
+        room(sandbox.team, sandbox)
+    except QuotaExceeded:
+        return False
+    return True
 
 
 def _verb(target: str) -> str:

@@ -172,9 +172,9 @@ def _mark_lost(host: Host, present: set[str], listed_at: datetime, report: Recon
         status__in=[SandboxStatus.PAUSED, SandboxStatus.STOPPED],
         status_changed_at__lt=listed_at,
     )
-    running = Sandbox.objects.filter(host=host).filter(running | kept)
-    running = running.select_related("team", "warm_container")
-    for sandbox in running:
+    watched = Sandbox.objects.filter(host=host).filter(running | kept)
+    watched = watched.select_related("team", "warm_container")
+    for sandbox in watched:
         label_id = _label_id_of(sandbox)
         if label_id in present:
             continue

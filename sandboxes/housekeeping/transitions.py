@@ -55,22 +55,37 @@ def busy_commands() -> Q:
     return Q(Exists(busy))
 
 
-def claim(sandbox: Sandbox, claiming: str, message: str, room: Room | None, *, idle: bool) -> None:
+def claim(
+    sandbox: Sandbox,
+    claiming: str,
+    message: str,
+    room: Room | None,
+    *,
+    idle: bool,
+    still: Q | None = None,
+) -> None:
     """Move the sandbox from the status it was read in to `claiming` (pausing, resuming,
-    halting), within its team's quota (`room`); `idle`: only while no command is busy.
-    Conflict when another request got there first, or a command is busy; nothing changes."""
+    halting), within its team's quota (`room`); `idle`: only while no command is busy;
+    `still`: only while the row still matches it (the sweep's idleness, say). Conflict when
+    another request got there first, or a command is busy; nothing changes."""
     seen = sandbox.status
+    condition = ~busy_commands() if idle else None
+    if still is not None:
+        condition = still if condition is None else condition & still
     with transaction.atomic():
         if room is not None:
             room(quotas.locked_team(sandbox.team_id), sandbox)
-        won = sandbox.transition_if(claiming, message, ~busy_commands() if idle else None)
+        won = sandbox.transition_if(claiming, message, condition)
     if not won:
         raise Conflict(_lost_claim(sandbox, seen, claiming))
 
 
+_DOING: dict[str, str] = {S.PAUSING: "pause", S.HALTING: "stop", S.RESUMING: "resume"}
+
+
 def _lost_claim(sandbox: Sandbox, seen: str, claiming: str) -> str:
     now = Sandbox.objects.filter(pk=sandbox.pk).values_list("status", flat=True).first()
-    doing = {S.PAUSING: "pause", S.HALTING: "stop", S.RESUMING: "resume"}.get(claiming, claiming)
+    doing = _DOING.get(claiming, claiming)
     if now == seen and claiming != S.RESUMING:
         return (
             f"a command is running in sandbox {sandbox.public_id} (or starting): wait for it "
@@ -129,7 +144,7 @@ def settle(sandbox: Sandbox, to: str, *, resumed: bool = False) -> None:
 
 def _restart_clocks(sandbox: Sandbox) -> None:
     now = timezone.now()
-    fields = {"last_activity_at": now}
+    fields: dict[str, object] = {"last_activity_at": now}
     if sandbox.team.idle_action == IdleAction.PAUSE:
         minutes = lifetime_minutes(sandbox)
         fields |= {
