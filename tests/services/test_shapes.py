@@ -61,6 +61,7 @@ def test_mcp_shapes_keep_their_names_and_read_the_result():
         "command": "pytest",
         "status": "running",
         "started_at": "2026-01-02T03:04:05Z",
+        "resumed_seconds": None,
     }
     # Descriptions come from the result, unless the interface says it otherwise.
     properties = schemas.Command.model_json_schema()["properties"]
@@ -117,6 +118,7 @@ def test_render_adds_the_interfaces_own_fields():
         "offset": 0,
         "returned_bytes": 1,
         "eof": True,
+        "resumed_seconds": None,
     }
 
 
