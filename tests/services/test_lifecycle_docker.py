@@ -218,3 +218,15 @@ def test_pause_resume_and_delete_racing_leave_one_consistent_state(real_docker, 
     assert all(v.name != state["volume"] for v in engine.volumes.list())
     assert not mounted(str(disk_dir() / state["volume"]))
     assert not (disk_dir() / f"{state['volume']}.img").exists()
+
+
+@pytest.mark.parametrize("how", ["pause", "stop"])
+def test_deleting_a_paused_or_stopped_sandbox_leaves_nothing(made, as_alice, engine, how):
+    sandbox_id = create(made, as_alice)
+    state = Sandbox.objects.get(public_id=sandbox_id).backend_state
+    getattr(services, f"{how}_sandbox")(as_alice, sandbox_id)
+    services.delete_sandbox(as_alice, sandbox_id)
+    assert labelled(engine, sandbox_id) == []
+    assert all(v.name != state["volume"] for v in engine.volumes.list())
+    assert not mounted(str(disk_dir() / state["volume"]))
+    assert not (disk_dir() / f"{state['volume']}.img").exists()
