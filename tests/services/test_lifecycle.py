@@ -21,6 +21,7 @@ from sandboxes.contract.errors import (
     QuotaExceeded,
 )
 from sandboxes.contract.results import UploadFile
+from sandboxes.housekeeping import reconcile
 from sandboxes.models import CommandExecution, CommandStatus, Sandbox, SandboxStatus
 from sandboxes.services import background
 from sandboxes.services.commands import refuse_if_paused_meanwhile
@@ -318,3 +319,27 @@ def test_a_delete_that_read_the_sandbox_before_a_pause_changes_nothing(sandbox, 
     assert won is False and status_of(sandbox.id) == "paused"
     services.delete_sandbox(as_alice, sandbox.id)
     assert status_of(sandbox.id) == "deleted"
+
+
+# --- reconciliation --------------------------------------------------------------------------
+
+
+def test_reconciliation_settles_a_stale_claim_and_finds_a_vanished_paused_sandbox(
+    fake_backend, as_alice
+):
+    stuck, vanished, paused = (services.create_sandbox(as_alice).id for _ in range(3))
+    services.pause_sandbox(as_alice, vanished)
+    services.pause_sandbox(as_alice, paused)
+    # A process that died between its claim and its settlement, long ago.
+    long_ago = timezone.now() - timedelta(hours=1)
+    Sandbox.objects.filter(public_id=stuck).update(status="pausing", status_changed_at=long_ago)
+    Sandbox.objects.filter(public_id__in=[vanished, paused]).update(status_changed_at=long_ago)
+    state = Sandbox.objects.get(public_id=vanished).backend_state
+    fake_backend.sandboxes.pop(state["container_id"])
+
+    report = reconcile.reconcile(grace=0)
+
+    assert report.settled == [stuck] and report.lost == [vanished]
+    assert [status_of(i) for i in (stuck, vanished, paused)] == ["running", "lost", "paused"]
+    settled = AuditLog.objects.get(action="sandbox.settled", target_id=stuck)
+    assert settled.details["status"] == "running"
