@@ -306,7 +306,8 @@ def _stop(principal: Principal, sandbox: Sandbox, preview: Preview, reason: str)
     command = preview.command
     if command is None or command.status not in (CommandStatus.QUEUED, CommandStatus.RUNNING):
         return False
-    if sandbox.status != SandboxStatus.RUNNING:
+    # A paused sandbox's command is frozen: cancel_background resumes the sandbox to end it.
+    if sandbox.status not in (SandboxStatus.RUNNING, SandboxStatus.PAUSED):
         return False  # its command went (or goes) with the sandbox
     current().details["stopped_command"] = command.pk
     unaudited(cancel_background)(principal, sandbox.public_id, command.pk)

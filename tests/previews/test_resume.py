@@ -12,6 +12,7 @@ from sandboxes import services
 from sandboxes.contract.errors import NotFound
 from sandboxes.models import Preview, Sandbox
 from tenants.models import AuditLog
+from tests.fakes import FakeBackend
 from tests.previews.helpers import PAGE, ask, http_get
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh")]
@@ -81,3 +82,12 @@ def test_a_members_session_resumes_it_for_the_preview_and_is_on_record(
     fetch(ask(sandbox, user_id=alice.pk, session_key="s"))
     last = AuditLog.objects.filter(action="sandbox.resume").order_by("-id").first()
     assert last is not None and last.actor == alice and last.details["from"] == "paused"
+
+
+def test_stop_app_on_a_paused_sandbox_ends_its_frozen_command(sandbox, as_alice, app_port):
+    FakeBackend.apps[8000] = app_port
+    deployed = services.deploy_app(as_alice, sandbox, command="serve 8000; sleep 1000", port=8000)
+    services.pause_sandbox(as_alice, sandbox)
+    services.stop_app(as_alice, sandbox, 8000)
+    command = services.get_command(as_alice, deployed.command_id)
+    assert command.status == "cancelled" and status_of(sandbox) == "running"
