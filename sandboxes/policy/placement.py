@@ -14,12 +14,12 @@ from hosts.backends.gpus import GpuUse, NotEnoughGpus, gpu_pick_cost, pick_gpus
 from hosts.models import Host
 from sandboxes.contract.errors import NoCapacity
 from sandboxes.models import KEPT_STATUSES, LIVE_STATUSES, PAUSED_STATUSES
+from tenants.models import Team
 
 # A host's slots are taken by what holds CPU or memory there (a paused sandbox keeps its
 # memory); its GPUs by every sandbox kept on it, paused and stopped ones too (they get the
 # same GPUs back when they resume: CUDA_VISIBLE_DEVICES was theirs from the start).
 ON_HOST_STATUSES = LIVE_STATUSES | PAUSED_STATUSES
-from tenants.models import Team
 
 
 def usable_by(team: Team) -> Q:
