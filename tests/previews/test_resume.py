@@ -9,7 +9,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from sandboxes import services
-from sandboxes.contract.errors import NotFound
+from sandboxes.contract.errors import NotFound, PermissionDenied
 from sandboxes.models import Preview, Sandbox
 from tenants.models import AuditLog
 from tests.fakes import FakeBackend
@@ -91,3 +91,17 @@ def test_stop_app_on_a_paused_sandbox_ends_its_frozen_command(sandbox, as_alice,
     services.stop_app(as_alice, sandbox, 8000)
     command = services.get_command(as_alice, deployed.command_id)
     assert command.status == "cancelled" and status_of(sandbox) == "running"
+
+
+def test_a_refused_preview_request_keeps_the_row_true_to_the_host(
+    sandbox, as_alice, team_a, fake_backend
+):
+    """The sandbox is resumed before the port is checked: a refusal after that must not roll
+    the resume back in the database (the host did resume it)."""
+    team_a.allowed_preview_ports = "3000"
+    team_a.save()
+    services.pause_sandbox(as_alice, sandbox)
+    with pytest.raises(PermissionDenied):
+        services.get_preview_url(as_alice, sandbox, 8000)
+    (box,) = fake_backend.sandboxes.values()
+    assert status_of(sandbox) == box["state"] == "running"

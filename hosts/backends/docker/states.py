@@ -43,17 +43,23 @@ class States:
         with self._errors("pausing", container):
             try:
                 self.engine.api().pause(container)
-            except docker.errors.APIError as exc:
-                if exc.status_code != 409 or self._status(container) != "paused":
-                    raise  # not running (stopped, being removed): the engine's words say so
+            except docker.errors.NotFound:
+                raise
+            except docker.errors.APIError:
+                # "already paused" (a 500 on engine 20.10) is done; anything else (stopped,
+                # being removed) stands, in the engine's words.
+                if self._status(container) != "paused":
+                    raise
 
     def resume(self, state: dict[str, Any]) -> None:
         container = container_ref(state)
         with self._errors("resuming", container):
             try:
                 self.engine.api().unpause(container)
-            except docker.errors.APIError as exc:
-                if exc.status_code != 409 or self._status(container) != "running":
+            except docker.errors.NotFound:
+                raise
+            except docker.errors.APIError:
+                if self._status(container) != "running":  # "not paused": running is done
                     raise
 
     def stop(self, state: dict[str, Any]) -> None:
