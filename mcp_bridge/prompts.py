@@ -28,7 +28,8 @@ def register(mcp: FastMCP) -> None:
             f"4. run_tests with command '{test_command}'.\n"
             "5. Report passed/failed/errors/skipped, and for each failing test its name, "
             "message and the likely cause in the code.\n"
-            "6. delete_sandbox when done."
+            "6. delete_sandbox when done (or stop_sandbox to keep its files for later: any "
+            "call on it starts it again)."
         )
 
     @mcp.prompt(
@@ -42,7 +43,7 @@ def register(mcp: FastMCP) -> None:
         ] = "",
     ) -> str:
         where = (
-            f"sandbox {sandbox_id}"
+            f"sandbox {sandbox_id} (if it is paused or stopped, the first call resumes it)"
             if sandbox_id
             else "a new sandbox (create_sandbox; keep the id it returns)"
         )
@@ -82,6 +83,7 @@ def register(mcp: FastMCP) -> None:
             "4. If deploy_app fails, read the log tail in its error, fix the cause (write_file) "
             "and deploy_app again (it replaces the app on that port).\n"
             "5. Report the URL (get_preview_url makes a new one when its token expires) and the "
-            "sandbox id; leave the sandbox running. stop_app (with the sandbox_id and port) "
-            "stops the app."
+            "sandbox id; leave the sandbox running, or pause_sandbox it between uses (a visit "
+            "to the URL resumes it, the app where it was). stop_app (with the sandbox_id and "
+            "port) stops the app."
         )

@@ -41,7 +41,9 @@ def register(mcp: FastMCP) -> None:
     @mcp.resource(
         "sandbox://{sandbox_id}/status",
         name="sandbox-status",
-        description="One sandbox's status, image, host, limits and expiry, as JSON.",
+        description="One sandbox's status (running, paused with paused_at, stopped with "
+        "stopped_at, ...), image, host, limits and expiry, as JSON. Reading it never "
+        "resumes a paused sandbox.",
         mime_type="application/json",
     )
     async def sandbox_status(sandbox_id: str) -> str:

@@ -24,7 +24,7 @@ DOWNLOAD_URL = "HTTP download of the whole file (Bearer key or a signed-in brows
 
 _SANDBOX_FIELDS = (
     "id name status status_message image host team owner cpus memory_mb disk_mb network "
-    "created_at last_activity_at expires_at selected"
+    "created_at last_activity_at expires_at paused_at stopped_at selected"
 )
 
 
@@ -107,7 +107,7 @@ class RunOnce(Shape, source=results.RunOnceResult, types={"result": Command}):
 class BackgroundStarted(
     Shape,
     source=results.CommandResult,
-    fields=("task_id", "sandbox_id", "command", "status", "started_at"),
+    fields=("task_id", "sandbox_id", "command", "status", "started_at", "resumed_seconds"),
     rename={"task_id": "id", "started_at": "created_at"},
     types={"started_at": datetime | None},
     describe={
@@ -121,7 +121,8 @@ class BackgroundStarted(
 
 _STATUS_FIELDS = (
     "task_id sandbox_id command running status exit_code output output_truncated output_bytes "
-    "elapsed_seconds max_runtime_seconds log_path error_message started_at finished_at"
+    "elapsed_seconds max_runtime_seconds log_path error_message started_at finished_at "
+    "resumed_seconds"
 )
 
 
@@ -145,6 +146,7 @@ class Entry(Shape, source=results.FileEntry):
 class Listing(BaseModel):
     path: str
     entries: list[Entry]
+    resumed_seconds: float | None = Field(None, description=results.RESUMED_SECONDS)
 
 
 # One file of download_files: the service gives (path, content) pairs, not a result.
@@ -159,6 +161,7 @@ class File(BaseModel):
 class FileList(BaseModel):
     files: list[File]
     total_bytes: int
+    resumed_seconds: float | None = Field(None, description=results.RESUMED_SECONDS)
 
 
 class FileChunk(
@@ -173,6 +176,7 @@ class FileChunk(
         "offset",
         "returned_bytes",
         "eof",
+        "resumed_seconds",
     ),
     describe={"size": None, "eof": "false: call again with offset + returned_bytes for more"},
 ):

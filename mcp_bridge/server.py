@@ -22,6 +22,7 @@ from mcp_bridge import (
     tools_background,
     tools_commands,
     tools_files,
+    tools_lifecycle,
     tools_links,
     tools_previews,
     tools_sandboxes,
@@ -35,7 +36,10 @@ run_python / run_tests, read_file or download_files, then delete_sandbox. Pass s
 every tool that acts on a sandbox: it may be omitted only in an MCP session that selected a
 sandbox (create_sandbox or select_sandbox select it in the session; each session has its own
 selection, and clients on the 2026-07-28 protocol have no session), and never for
-delete_sandbox, stop_app and cancel_background. run_once does create-run-delete in one call.
+delete_sandbox, pause_sandbox, stop_sandbox, stop_app and cancel_background. run_once does
+create-run-delete in one call. Between working sessions, pause_sandbox (frozen, memory kept)
+or stop_sandbox (files only) keeps a sandbox without it holding CPU; any later call resumes
+it first (its result's resumed_seconds says how long that took), resume_sandbox ahead of time.
 For long jobs (servers, builds) start_background returns a task id at once; follow it with
 check_background, stop it with cancel_background. To run a web app and open it in a browser,
 deploy_app starts it and returns its URL (get_preview_url for an app already running,
@@ -75,6 +79,7 @@ def build_server(auth: AuthProvider | None = None) -> FastMCP:
     tools_files.register(mcp)
     tools_previews.register(mcp)
     tools_links.register(mcp)
+    tools_lifecycle.register(mcp)
     resources.register(mcp)
     prompts.register(mcp)
     _serve_input_schemas(mcp)

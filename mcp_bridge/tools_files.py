@@ -164,7 +164,7 @@ def register(mcp: FastMCP) -> None:
                         download_url=download_url(caller, target, path),
                     )
                 )
-            return FileList(files=files, total_bytes=total)
+            return FileList(files=files, total_bytes=total, resumed_seconds=found.resumed_seconds)
 
         return await call(body)
 
@@ -176,7 +176,11 @@ def register(mcp: FastMCP) -> None:
         def body() -> Listing:
             caller = identity.caller()
             entries = services.list_files(caller.principal, caller.sandbox(sandbox_id), path)
-            return Listing(path=path, entries=[Entry.model_validate(e) for e in entries])
+            return Listing(
+                path=path,
+                entries=[Entry.model_validate(e) for e in entries],
+                resumed_seconds=entries.resumed_seconds,
+            )
 
         return await call(body)
 

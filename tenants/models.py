@@ -57,6 +57,13 @@ class Channel(models.TextChoices):
     SYSTEM = "system", "System"
 
 
+class IdleAction(models.TextChoices):
+    """What the sweep does with a sandbox idle past the team's timeout, or past its lifetime."""
+
+    DELETE = "delete", "Delete it"
+    PAUSE = "pause", "Pause it (then stop, then delete, after the times below)"
+
+
 class Team(models.Model):
     slug = models.SlugField(unique=True)
     name = models.CharField(max_length=200)
@@ -73,6 +80,35 @@ class Team(models.Model):
     default_lifetime_minutes = models.PositiveIntegerField(default=60)
     max_lifetime_minutes = models.PositiveIntegerField(default=24 * 60)
     idle_timeout_minutes = models.PositiveIntegerField(default=30)
+    # The lifecycle past idleness (sandboxes/housekeeping/sweep.py, docs/lifecycle.md).
+    idle_action = models.CharField(
+        max_length=8,
+        choices=IdleAction.choices,
+        default=IdleAction.DELETE,
+        help_text="What idleness and the end of a lifetime do to a running sandbox. With "
+        "pause, a resume gives the sandbox a fresh lifetime.",
+    )
+    stop_paused_after_hours = models.PositiveIntegerField(
+        default=24,
+        help_text="A sandbox paused this long is stopped (its memory freed, its files kept). "
+        "0: never.",
+    )
+    delete_stopped_after_days = models.PositiveIntegerField(
+        default=7, help_text="A sandbox stopped this long is deleted. 0: never."
+    )
+    # Quotas by state: running ones hold CPU (max_running_sandboxes), paused ones memory,
+    # stopped ones disk only.
+    max_paused_sandboxes = models.PositiveIntegerField(
+        default=5, help_text="Paused sandboxes at once (they keep their memory)."
+    )
+    max_paused_memory_mb = models.PositiveIntegerField(
+        default=8192,
+        help_text="The memory limits of the team's paused sandboxes, added up, at most this. "
+        "0: no limit beyond the count.",
+    )
+    max_stopped_sandboxes = models.PositiveIntegerField(
+        default=10, help_text="Stopped sandboxes at once (they keep their files)."
+    )
     allow_network = models.BooleanField(
         default=False, help_text="Whether this team's sandboxes may reach the network."
     )

@@ -130,6 +130,8 @@ def fake_backend(settings, docker_host, image):
     FakeBackend.ports = {}
     FakeBackend.apps = {}
     FakeBackend.fail_provision = None
+    FakeBackend.lifecycle_gate, FakeBackend.fail_lifecycle = None, None
+    FakeBackend.lifecycle_calls, FakeBackend.lifecycle_held = [], threading.Event()
     yield FakeBackend
     reset_backends()
 

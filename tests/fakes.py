@@ -9,6 +9,7 @@ import posixpath
 import shlex
 import socket
 import tarfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -92,12 +93,53 @@ class FakeBackend(SandboxBackend):
         self.sandboxes.pop(state.get("container_id", ""), None)
 
     def status(self, state: dict[str, Any]) -> str:
-        return "running" if state.get("container_id") in self.sandboxes else "missing"
+        box = self.sandboxes.get(state.get("container_id", ""))
+        return "missing" if box is None else box.get("state", "running")
+
+    # --- pause, resume, stop, start: a state per box; `lifecycle_gate` (an Event) holds each
+    # call until it is set (a race test's window; `lifecycle_held` is set once a call waits
+    # there); `fail_lifecycle` fails them. ----------------------------------------------------
+    lifecycle_gate: threading.Event | None = None
+    lifecycle_held = threading.Event()
+    fail_lifecycle: str | None = None
+    lifecycle_calls: list[tuple[str, str]] = []
+
+    def _lifecycle(self, state: dict[str, Any], op: str, before: set[str], after: str) -> None:
+        box = self._box(state)
+        self.lifecycle_calls.append((op, state.get("container_id", "")))
+        if self.lifecycle_gate is not None:
+            self.lifecycle_held.set()
+            assert self.lifecycle_gate.wait(30), "the test never opened the gate"
+        if self.fail_lifecycle:
+            raise BackendError(self.fail_lifecycle)
+        if box.get("state", "running") not in before | {after}:
+            raise BackendError(f"cannot {op} a {box.get('state')} container")
+        box["state"] = after
+        box["running"] = after == "running"
+
+    def pause(self, state: dict[str, Any]) -> None:
+        self._lifecycle(state, "pause", {"running"}, "paused")
+
+    def resume(self, state: dict[str, Any]) -> None:
+        self._lifecycle(state, "resume", {"paused"}, "running")
+
+    def stop(self, state: dict[str, Any]) -> None:
+        self._lifecycle(state, "stop", {"running", "paused"}, "stopped")
+        self._box(state).pop("jobs", None)  # every process ended
+
+    def start(self, state: dict[str, Any]) -> None:
+        self._lifecycle(state, "start", {"stopped"}, "running")
+
+    def _running_box(self, state: dict[str, Any]) -> dict[str, Any]:
+        box = self._box(state)
+        if box.get("state", "running") != "running":  # a real agent would wait for a thaw
+            raise BackendError(f"fake: the container is {box['state']}")
+        return box
 
     def exec(
         self, state, argv, *, cwd, env, timeout, output_cap, on_output=None, stdin=None, once=False
     ):
-        box = self._box(state)
+        box = self._running_box(state)
         started = time.monotonic()
         out, err, code, timed_out = self._interpret(box, argv, env, timeout)
         stdout, stderr = HeadTailBuffer(output_cap), HeadTailBuffer(output_cap)
@@ -151,7 +193,7 @@ class FakeBackend(SandboxBackend):
     enforce_job_timeouts = True
 
     def start_background(self, state, argv, *, cwd, env, job_id, timeout=None) -> dict[str, Any]:
-        box = self._box(state)
+        box = self._running_box(state)
         jobs = box.setdefault("jobs", {})
         if job_id in jobs:
             raise BackendError(f"job {job_id} exists")
@@ -204,7 +246,7 @@ class FakeBackend(SandboxBackend):
         return now < end
 
     def poll_background(self, state, job, tail_bytes) -> JobStatus:
-        record = self._box(state).get("jobs", {}).get(job["job_id"])
+        record = self._running_box(state).get("jobs", {}).get(job["job_id"])
         if record is None:
             raise BackendError(f"no job {job['job_id']}")
         now = time.monotonic() - record["started"]
@@ -223,14 +265,14 @@ class FakeBackend(SandboxBackend):
         )
 
     def cancel_background(self, state, job) -> None:
-        record = self._box(state).get("jobs", {}).get(job["job_id"])
+        record = self._running_box(state).get("jobs", {}).get(job["job_id"])
         if record is not None and record["cancelled_after"] is None:
             elapsed = time.monotonic() - record["started"]
             if elapsed < record["duration"]:
                 record["cancelled_after"] = elapsed
 
     def put_files(self, state, dest_dir, tar_stream):
-        box = self._box(state)
+        box = self._running_box(state)
         # bytes, or a file object as the services now pass (uploads stream from disk)
         data = tar_stream if isinstance(tar_stream, bytes | bytearray) else tar_stream.read()
         with tarfile.open(fileobj=io.BytesIO(data)) as archive:
@@ -256,7 +298,7 @@ class FakeBackend(SandboxBackend):
         return iter([data[i : i + 4096] for i in range(0, len(data), 4096)])
 
     def list_dir(self, state, path) -> list[FileEntry]:
-        box = self._box(state)
+        box = self._running_box(state)
         entries = [
             FileEntry(posixpath.basename(p), p, "file", len(c), 0.0, "644")
             for p, c in box["files"].items()

@@ -66,6 +66,9 @@ EXPECTED_TOOLS = {
     "get_file_link",
     "list_links",
     "revoke_link",
+    "pause_sandbox",
+    "resume_sandbox",
+    "stop_sandbox",
 }
 
 

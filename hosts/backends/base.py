@@ -119,7 +119,36 @@ class SandboxBackend(abc.ABC):
 
     @abc.abstractmethod
     def status(self, state: dict[str, Any]) -> str:
-        """ "running", "stopped" or "missing"."""
+        """ "running", "paused", "stopped" or "missing"."""
+
+    # Pause, resume, stop and start keep the sandbox on its host (its state stays valid). A
+    # kind that cannot do one raises Unsupported with a message an agent or a person can act
+    # on; the defaults say the kind has none. Each is idempotent (pausing a paused sandbox
+    # is fine) and raises SandboxGone when the sandbox is no longer there.
+    def pause(self, state: dict[str, Any]) -> None:
+        """Freeze every process of the sandbox where it is, memory kept (Docker: the
+        engine's pause, the cgroup freezer; SSH: the sandbox's own cgroup frozen). Calls
+        through its agent wait until resume: the caller makes sure none is in flight."""
+        raise Unsupported(
+            f"sandboxes on {self.kind} hosts cannot be paused; stop or delete it instead"
+        )
+
+    def resume(self, state: dict[str, Any]) -> None:
+        """Thaw a paused sandbox: its processes go on where they were."""
+        raise Unsupported(f"sandboxes on {self.kind} hosts cannot be paused or resumed")
+
+    def stop(self, state: dict[str, Any]) -> None:
+        """End every process of the sandbox (a paused one too), keeping its files (the
+        workspace and, on Docker, the container's writable layer) and its disk. The
+        sandbox agent goes with them: the next call after start() starts a new one."""
+        raise Unsupported(
+            f"sandboxes on {self.kind} hosts cannot be stopped and started again; delete it instead"
+        )
+
+    def start(self, state: dict[str, Any]) -> None:
+        """Start a stopped sandbox again with what it had (files, disk, network and its
+        fences, limits); its processes start afresh. Returns once commands can run."""
+        raise Unsupported(f"sandboxes on {self.kind} hosts cannot be started again")
 
     # --- commands ----------------------------------------------------------------------------
     @abc.abstractmethod

@@ -1,4 +1,5 @@
-"""Admin of sandboxes: read, rename, delete through the service."""
+"""Admin of sandboxes: read, rename, delete (and pause, resume, stop: lifecycle.py) through
+the services."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from django.utils.html import format_html
 
 from hosts.admin.actions import apply_each
 from sandboxes import services
+from sandboxes.admin.lifecycle import LIFECYCLE_ACTIONS, LifecycleActions
 from sandboxes.models import (
     Sandbox,
     SandboxStatus,
@@ -42,11 +44,14 @@ SANDBOX_READONLY_FIELDS = [
     "last_activity_at",
     "expires_at",
     "deleted_at",
+    "status_changed_at",
+    "lifetime_started_at",
+    "lifetime_minutes",
 ]
 
 
 @admin.register(Sandbox)
-class SandboxAdmin(admin.ModelAdmin):
+class SandboxAdmin(LifecycleActions, admin.ModelAdmin):
     list_display = [
         "public_id",
         "name",
@@ -65,7 +70,10 @@ class SandboxAdmin(admin.ModelAdmin):
     readonly_fields = SANDBOX_READONLY_FIELDS
     fieldsets = [
         (None, {"fields": ["public_id", "name", "team", "owner", "host", "image"]}),
-        ("State", {"fields": ["status", "status_message", "command_history"]}),
+        (
+            "State",
+            {"fields": ["status", "status_message", "status_changed_at", "command_history"]},
+        ),
         (
             "Limits",
             {"fields": ["cpus", "memory_mb", "pids_limit", "network", "gpus", "env_pretty"]},
@@ -78,6 +86,8 @@ class SandboxAdmin(admin.ModelAdmin):
                     "started_at",
                     "last_activity_at",
                     "expires_at",
+                    "lifetime_started_at",
+                    "lifetime_minutes",
                     "deleted_at",
                 ]
             },
@@ -86,7 +96,7 @@ class SandboxAdmin(admin.ModelAdmin):
     ]
     # Same name as Django's bulk delete, so it replaces it: a sandbox is deleted through the
     # service (container and workspace removed, audited) and its row stays as history.
-    actions = ["delete_selected"]
+    actions = ["delete_selected", *LIFECYCLE_ACTIONS]
 
     def save_model(self, request: HttpRequest, obj: Sandbox, form: Any, change: bool) -> None:
         # Only the name is editable; it changes through the service so it is audited.

@@ -2,12 +2,15 @@
 
 from django.urls import path
 
-from sandboxes.api import files, links, previews, sync, views
+from sandboxes.api import files, lifecycle, links, previews, sync, views
 
 app_name = "api"
 urlpatterns = [
     path("sandboxes/", views.SandboxListView.as_view(), name="sandboxes"),
     path("sandboxes/<str:sandbox_id>/", views.SandboxDetailView.as_view(), name="sandbox"),
+    path("sandboxes/<str:sandbox_id>/pause/", lifecycle.PauseView.as_view(), name="pause"),
+    path("sandboxes/<str:sandbox_id>/resume/", lifecycle.ResumeView.as_view(), name="resume"),
+    path("sandboxes/<str:sandbox_id>/stop/", lifecycle.StopView.as_view(), name="stop"),
     path("sandboxes/<str:sandbox_id>/commands/", views.CommandListView.as_view(), name="commands"),
     path(
         "sandboxes/<str:sandbox_id>/background/",

@@ -19,6 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sandboxes.contract.errors import InvalidInput
 
+RESUMED_SECONDS = "seconds spent resuming the (paused or stopped) sandbox first; null: it ran"
+
 if TYPE_CHECKING:
     from sandboxes.models import CommandExecution, Preview, Sandbox
 
@@ -61,7 +63,7 @@ class SandboxInfo(Result):
     owner: str | None
     host: str | None
     image: str
-    status: str = Field(description="pending, starting, running, stopping, error, lost, ...")
+    status: str = Field(description="running, paused (memory kept), stopped (files kept), ...")
     status_message: str
     cpus: float
     memory_mb: int
@@ -72,6 +74,8 @@ class SandboxInfo(Result):
     last_activity_at: datetime
     expires_at: datetime | None = Field(description="when it is deleted automatically")
     disk_mb: int | None = Field(default=None, description="size of /workspace in MB")
+    paused_at: datetime | None = Field(None, description="when it was paused, if it is")
+    stopped_at: datetime | None = Field(None, description="when it was stopped, if it is")
 
     @classmethod
     def from_model(cls, sandbox: Sandbox) -> SandboxInfo:
@@ -157,6 +161,7 @@ class CommandResult(Result):
         description="started in the background: follow it with check_background (MCP) or at "
         ".../background/{id}/ (REST)",
     )
+    resumed_seconds: float | None = Field(None, description=RESUMED_SECONDS)
 
     @classmethod
     def from_model(cls, execution: CommandExecution) -> CommandResult:
@@ -165,6 +170,7 @@ class CommandResult(Result):
             id=execution.pk,
             sandbox_id=execution.sandbox.public_id,
             actor=execution.actor.get_username() if execution.actor else None,
+            resumed_seconds=execution.sandbox.resumed_seconds,
         )
 
     @property
@@ -196,6 +202,7 @@ class BackgroundCheck(Result):
     error_message: str
     started_at: datetime | None
     finished_at: datetime | None
+    resumed_seconds: float | None = Field(None, description=RESUMED_SECONDS)
 
 
 # --- files -----------------------------------------------------------------------------------
@@ -218,6 +225,7 @@ class FileContent(Result):
     offset: int
     size: int = Field(description="size of the whole file")
     eof: bool = Field(description="content reaches the end of the file")
+    resumed_seconds: float | None = Field(None, description=RESUMED_SECONDS)
 
     def text(self) -> str | None:
         try:
@@ -250,6 +258,7 @@ class UploadResult(Result):
     sandbox_id: str
     paths: list[str]
     total_bytes: int
+    resumed_seconds: float | None = Field(None, description=RESUMED_SECONDS)
 
 
 class FileStream(Iterator[bytes]):

@@ -17,6 +17,7 @@ from django.utils import timezone
 from hosts.backends import get_backend
 from hosts.backends.base import BackendError, ManagedResource, ProbeResult, Unsupported
 from hosts.models import Host
+from sandboxes.housekeeping import transitions
 from sandboxes.housekeeping.config import (
     DEFAULT_INSTANCE,
     instance_name,
@@ -24,7 +25,13 @@ from sandboxes.housekeeping.config import (
     system_for,
 )
 from sandboxes.housekeeping.probes import probe_unconfigured_too, record_probe
-from sandboxes.models import Sandbox, SandboxStatus, WarmContainer, WarmContainerStatus
+from sandboxes.models import (
+    CHANGING_STATUSES,
+    Sandbox,
+    SandboxStatus,
+    WarmContainer,
+    WarmContainerStatus,
+)
 from tenants import audit
 
 logger = logging.getLogger(__name__)
@@ -36,6 +43,7 @@ class ReconcileReport:
     lost: list[str] = field(default_factory=list)  # sandbox ids marked lost
     down: list[str] = field(default_factory=list)  # hosts that do not answer
     stale_pool: list[str] = field(default_factory=list)  # ready pool rows without a container
+    settled: list[str] = field(default_factory=list)  # claims (pausing, ...) left by the dead
     errors: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -49,7 +57,10 @@ def reconcile(hosts: list[Host] | None = None, *, grace: float | None = None) ->
       again is marked healthy;
     - a container or volume of this deployment that no sandbox or pool member owns, older
       than the grace period, is removed;
-    - a running sandbox whose container is gone is marked lost;
+    - a running, paused or stopped sandbox whose container is gone is marked lost (a
+      paused or stopped container is listed like any other: not lost);
+    - a pause, resume or stop claimed long ago by a process that died mid-way is settled to
+      what the host says the sandbox is;
     - a ready pool member whose container is gone is forgotten.
     """
     report = ReconcileReport()
@@ -97,6 +108,7 @@ def _reconcile_host(host: Host, grace: float, report: ReconcileReport) -> None:
     # What a sandbox lives in: a container (Docker), a directory (SSH hosts).
     present = {r.label_id for r in resources if r.kind in _HOMES}
     _mark_lost(host, present, listed_at, report)
+    _settle_stuck_claims(host, listed_at, report)
     _forget_vanished_pool_members(host, present, listed_at - timedelta(seconds=grace), report)
 
 
@@ -153,12 +165,16 @@ def _instance_of(group: list[ManagedResource]) -> str:
 
 
 def _mark_lost(host: Host, present: set[str], listed_at: datetime, report: ReconcileReport) -> None:
-    # Only sandboxes running since before the listing: a container started after it is not in
-    # it. The UPDATE is conditional, so a sandbox deleted meanwhile is left alone.
-    running = Sandbox.objects.filter(
-        host=host, status=SandboxStatus.RUNNING, started_at__lt=listed_at
-    ).select_related("team", "warm_container")
-    for sandbox in running:
+    # Only sandboxes in their state since before the listing: a container started after it
+    # is not in it. The UPDATE is conditional, so a sandbox deleted meanwhile is left alone.
+    running = Q(status=SandboxStatus.RUNNING, started_at__lt=listed_at)
+    kept = Q(
+        status__in=[SandboxStatus.PAUSED, SandboxStatus.STOPPED],
+        status_changed_at__lt=listed_at,
+    )
+    watched = Sandbox.objects.filter(host=host).filter(running | kept)
+    watched = watched.select_related("team", "warm_container")
+    for sandbox in watched:
         label_id = _label_id_of(sandbox)
         if label_id in present:
             continue
@@ -171,6 +187,30 @@ def _mark_lost(host: Host, present: set[str], listed_at: datetime, report: Recon
                 target_type="sandbox",
                 target_id=sandbox.public_id,
                 details={"host": host.name, "container": label_id},
+            )
+
+
+# A claim this old was left by a process that died while calling the host (a pause takes
+# milliseconds, a stop or start seconds).
+STUCK_CLAIM = timedelta(minutes=10)
+
+
+def _settle_stuck_claims(host: Host, listed_at: datetime, report: ReconcileReport) -> None:
+    stuck = Sandbox.objects.filter(
+        host=host, status__in=CHANGING_STATUSES, status_changed_at__lt=listed_at - STUCK_CLAIM
+    ).select_related("team", "host")
+    backend = get_backend(host)
+    for sandbox in stuck:
+        settled = transitions.host_status(backend, sandbox)
+        message = f"{sandbox.status} did not finish (its process stopped); the host says {settled}"
+        if sandbox.transition_if(settled, message):
+            report.settled.append(sandbox.public_id)
+            audit.record(
+                system_for(sandbox.team),
+                "sandbox.settled",
+                target_type="sandbox",
+                target_id=sandbox.public_id,
+                details={"host": host.name, "status": settled},
             )
 
 

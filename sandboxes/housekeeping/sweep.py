@@ -1,6 +1,7 @@
 """Auto-cleanup: delete sandboxes past their lifetime or idle beyond their team's idle
-timeout, close command rows whose recorder died, delete file links and preview tokens long
-expired or revoked, and forget expired MCP sessions."""
+timeout (or, under a team's pause policy, pause them; and stop and delete paused and stopped
+ones on the team's clocks: idlepolicy.py), close command rows whose recorder died, delete
+file links and preview tokens long expired or revoked, and forget expired MCP sessions."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from django.utils import timezone
 
 from hosts.backends import get_backend
 from sandboxes.contract.errors import BackendFailure, ServiceError
+from sandboxes.housekeeping import idlepolicy
 from sandboxes.housekeeping.config import system_for
 from sandboxes.models import AccessLink, CommandExecution, CommandStatus, Sandbox, SandboxStatus
 from tenants import apikeys
@@ -20,17 +22,29 @@ from tenants.auditing import audited, change, current
 from tenants.models import Team
 from tenants.principal import Principal
 
-# Sandboxes the sweep may delete: pending/starting are being created, stopping being deleted.
+# Sandboxes the sweep may delete: pending/starting are being created, stopping being deleted,
+# pausing, resuming and halting claimed by a request that is calling their host.
 SWEEPABLE = (
     SandboxStatus.RUNNING,
+    SandboxStatus.PAUSED,
     SandboxStatus.STOPPED,
     SandboxStatus.ERROR,
     SandboxStatus.LOST,
 )
+# Idleness is a running sandbox's (paused and stopped ones have their own clocks), and a
+# failed one's, which nothing else ends.
+IDLE_SWEEPABLE = (SandboxStatus.RUNNING, SandboxStatus.ERROR, SandboxStatus.LOST)
 # Statuses a sandbox passes through while a request creates or deletes it. One still in them
 # this long after its expiry was left there by a process that died mid-way (and may still
 # hold a container, and counts against its team's quota): the sweep finishes the job.
-IN_FLIGHT = (SandboxStatus.PENDING, SandboxStatus.STARTING, SandboxStatus.STOPPING)
+IN_FLIGHT = (
+    SandboxStatus.PENDING,
+    SandboxStatus.STARTING,
+    SandboxStatus.STOPPING,
+    SandboxStatus.PAUSING,
+    SandboxStatus.RESUMING,
+    SandboxStatus.HALTING,
+)
 STUCK_AFTER_EXPIRY = timedelta(minutes=10)
 # A sandbox with a command queued or running is in use, whatever last_activity_at says: a
 # background job (or a long foreground one) only touches it when it finishes.
@@ -45,6 +59,9 @@ LINK_RETENTION = timedelta(days=7)
 class SweepReport:
     expired: list[str] = field(default_factory=list)
     idle: list[str] = field(default_factory=list)
+    paused: list[str] = field(default_factory=list)  # by the team's pause policy
+    stopped: list[str] = field(default_factory=list)  # ... or paused too long
+    deleted: list[str] = field(default_factory=list)  # stopped too long
     failed: dict[str, str] = field(default_factory=dict)
     abandoned_commands: int = 0
     links_deleted: int = 0
@@ -70,7 +87,12 @@ def sweep(now: datetime | None = None) -> SweepReport:
         expired_mcp_sessions=apikeys.sweep_sessions(now),
     )
     for sandbox in _sweepable().filter(expires_at__lte=now):
-        if _claim(sandbox, Q(expires_at__lte=now), "expired", now):
+        if idlepolicy.outlives_expiry(sandbox):
+            continue
+        expired = Q(expires_at__lte=now)
+        if idlepolicy.pauses(sandbox):
+            _put_aside(sandbox, "expire", expired, "expired", report, now)
+        elif _claim(sandbox, expired, "expired", now):
             _retire_reporting(sandbox, "expire", report.expired, report)
     stuck = Q(expires_at__lte=now - STUCK_AFTER_EXPIRY)
     for sandbox in _sweepable(IN_FLIGHT).filter(stuck):
@@ -79,10 +101,44 @@ def sweep(now: datetime | None = None) -> SweepReport:
     for team in _teams_with_idle_timeout():
         cutoff = now - timedelta(minutes=team.idle_timeout_minutes)
         idle = Q(last_activity_at__lt=cutoff) & ~Q(Exists(_busy_commands()))
-        for sandbox in _sweepable().filter(team=team).filter(idle):
-            if _claim(sandbox, idle, f"idle for over {team.idle_timeout_minutes} minutes", now):
+        why = f"idle for over {team.idle_timeout_minutes} minutes"
+        for sandbox in _sweepable(IDLE_SWEEPABLE).filter(team=team).filter(idle):
+            if idlepolicy.pauses(sandbox):
+                _put_aside(sandbox, "idle", idle, why, report, now)
+            elif _claim(sandbox, idle, why, now):
                 _retire_reporting(sandbox, "idle", report.idle, report)
+    done = {"stopped": report.stopped, "deleted": report.deleted}
+    idlepolicy.sweep_paused_and_stopped(now, _deleter(report, now, None), done, report.failed)
     return report
+
+
+def _put_aside(
+    sandbox: Sandbox, reason: str, still: Q, why: str, report: SweepReport, now: datetime
+) -> None:
+    """Pause (else stop, else delete) a sandbox of a team whose policy pauses."""
+    done = report.expired if reason == "expire" else report.idle
+    outcome, failure = idlepolicy.put_aside(
+        sandbox, reason, still, why, _deleter(report, now, done)
+    )
+    if outcome in (SandboxStatus.PAUSED, SandboxStatus.STOPPED):
+        (report.paused if outcome == SandboxStatus.PAUSED else report.stopped).append(
+            sandbox.public_id
+        )
+    if failure:
+        report.failed[sandbox.public_id] = failure
+
+
+def _deleter(report: SweepReport, now: datetime, done: list[str] | None) -> idlepolicy.Deleter:
+    """Claim and delete, as the sweep deletes: for idlepolicy's last resort and its clocks."""
+
+    def delete(sandbox: Sandbox, still: Q, why: str, reason: str) -> bool:
+        if not _claim(sandbox, still, why, now):
+            return False
+        failed = sandbox.public_id in report.failed
+        _retire_reporting(sandbox, reason, done if done is not None else [], report)
+        return not failed and sandbox.public_id not in report.failed
+
+    return delete
 
 
 def delete_old_links(now: datetime) -> int:
@@ -142,7 +198,7 @@ def _sweepable(statuses: tuple[str, ...] = SWEEPABLE) -> QuerySet[Sandbox]:
 def _teams_with_idle_timeout() -> QuerySet[Team]:
     # 0 turns the idle timeout off for a team.
     return Team.objects.filter(
-        idle_timeout_minutes__gt=0, sandboxes__status__in=SWEEPABLE
+        idle_timeout_minutes__gt=0, sandboxes__status__in=IDLE_SWEEPABLE
     ).distinct()
 
 
@@ -189,7 +245,7 @@ def retire(principal: Principal, sandbox: Sandbox, reason: str) -> None:
     except Exception as exc:  # whatever it was, never leave the sandbox claimed (stopping)
         # Left in error: the next sweep tries again (error sandboxes are sweepable).
         sandbox.transition(SandboxStatus.ERROR, f"auto-cleanup failed: {exc}")
-        sandbox.save(update_fields=["status", "status_message"])
+        sandbox.save(update_fields=["status", "status_message", "status_changed_at"])
         raise BackendFailure(f"could not delete sandbox {sandbox.public_id}: {exc}") from exc
     with change():  # deleted, and its audit row, in one transaction
         sandbox.transition(SandboxStatus.DELETED, sandbox.status_message)

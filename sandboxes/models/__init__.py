@@ -14,7 +14,13 @@ from sandboxes.models.previews import (
 )
 from sandboxes.models.sandbox import (
     ALLOWED_TRANSITIONS,
+    CHANGING_STATUSES,
+    KEPT_STATUSES,
     LIVE_STATUSES,
+    PAUSED_STATUSES,
+    RESUMABLE_STATUSES,
+    SERVED_STATUSES,
+    STOPPED_STATUSES,
     InvalidTransition,
     S,
     Sandbox,
@@ -24,8 +30,14 @@ from sandboxes.models.sandbox import (
 
 __all__ = [
     "ALLOWED_TRANSITIONS",
+    "CHANGING_STATUSES",
     "FINISHED_COMMAND_STATUSES",
+    "KEPT_STATUSES",
     "LIVE_STATUSES",
+    "PAUSED_STATUSES",
+    "RESUMABLE_STATUSES",
+    "SERVED_STATUSES",
+    "STOPPED_STATUSES",
     "AccessLink",
     "AccessLinkQuerySet",
     "CommandExecution",

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from sandboxes.models.commands import CommandExecution
 from sandboxes.models.ids import new_link_id
-from sandboxes.models.sandbox import Sandbox, SandboxStatus
+from sandboxes.models.sandbox import SERVED_STATUSES, Sandbox
 from tenants.models import Membership, Role
 
 
@@ -24,9 +24,10 @@ class PreviewQuerySet(models.QuerySet):
         return self.open().update(stopped_at=timezone.now(), stop_reason=reason[:200])
 
     def stop_where_sandbox_stopped(self) -> int:
-        """Close open previews whose sandbox no longer runs (deleted, expired, idle, lost):
-        the proxy serves none of them anyway; this keeps the record right."""
-        stale = self.open().exclude(sandbox__status=SandboxStatus.RUNNING)
+        """Close open previews whose sandbox is gone (deleted, expired, idle, lost): the
+        proxy serves none of them anyway; this keeps the record right. A paused or stopped
+        sandbox keeps its previews: a request to one resumes it."""
+        stale = self.open().exclude(sandbox__status__in=SERVED_STATUSES)
         return stale.stop("its sandbox stopped")
 
 

@@ -20,26 +20,54 @@ class SandboxStatus(models.TextChoices):
     PENDING = "pending"
     STARTING = "starting"
     RUNNING = "running"
-    STOPPING = "stopping"
+    # Pause freezes its processes and keeps their memory; stop ends them and keeps only the
+    # files. The -ing statuses are claims: a request moved the row there (compare-and-set)
+    # and is calling the host; exactly one request holds a sandbox in one of them.
+    PAUSING = "pausing"
+    PAUSED = "paused"
+    RESUMING = "resuming"
+    HALTING = "halting"  # being stopped (files kept); "stopping" means being deleted
     STOPPED = "stopped"
+    STOPPING = "stopping"
     DELETED = "deleted"
     ERROR = "error"
     LOST = "lost"
 
 
 S = SandboxStatus
+# Where a pause, resume or stop that failed half-way lands: what the host says it is.
+_SETTLED = frozenset({S.RUNNING, S.PAUSED, S.STOPPED, S.ERROR, S.LOST, S.STOPPING})
 ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     S.PENDING: frozenset({S.STARTING, S.ERROR, S.STOPPING, S.DELETED}),
     S.STARTING: frozenset({S.RUNNING, S.ERROR, S.STOPPING, S.LOST}),
-    S.RUNNING: frozenset({S.STOPPING, S.ERROR, S.LOST}),
+    S.RUNNING: frozenset({S.STOPPING, S.ERROR, S.LOST, S.PAUSING, S.HALTING}),
+    S.PAUSING: _SETTLED,
+    S.PAUSED: frozenset({S.RESUMING, S.HALTING, S.STOPPING, S.ERROR, S.LOST}),
+    S.RESUMING: _SETTLED,
+    S.HALTING: _SETTLED,
     S.STOPPING: frozenset({S.STOPPED, S.DELETED, S.ERROR}),
-    S.STOPPED: frozenset({S.STARTING, S.STOPPING, S.DELETED}),
+    S.STOPPED: frozenset({S.STARTING, S.RESUMING, S.STOPPING, S.DELETED, S.ERROR, S.LOST}),
     S.ERROR: frozenset({S.STOPPING, S.DELETED}),
     S.LOST: frozenset({S.STOPPING, S.DELETED}),
     S.DELETED: frozenset(),
 }
-# Statuses that hold resources on a host and count against a team's quota.
-LIVE_STATUSES = frozenset({S.PENDING, S.STARTING, S.RUNNING, S.STOPPING})
+# Statuses that hold CPU on a host and count against a team's running quota: running, on
+# the way there or out (a pause or stop holds it until the host is done).
+LIVE_STATUSES = frozenset(
+    {S.PENDING, S.STARTING, S.RUNNING, S.STOPPING, S.PAUSING, S.RESUMING, S.HALTING}
+)
+# Memory held, CPU not: the paused quota (count and memory) counts these.
+PAUSED_STATUSES = frozenset({S.PAUSING, S.PAUSED})
+# Disk only: the stopped quota counts these.
+STOPPED_STATUSES = frozenset({S.HALTING, S.STOPPED})
+# What a call on the sandbox resumes first (sandboxes/services/lifecycle.py).
+RESUMABLE_STATUSES = frozenset({S.PAUSED, S.STOPPED})
+# Claims of a pause, resume or stop in flight (see SandboxStatus).
+CHANGING_STATUSES = frozenset({S.PAUSING, S.RESUMING, S.HALTING})
+# Running, or to be resumed by the next call: previews and file links keep working.
+SERVED_STATUSES = frozenset({S.RUNNING}) | RESUMABLE_STATUSES | CHANGING_STATUSES
+# Still on its host in some form (container or directory): not deleted, failed or lost.
+KEPT_STATUSES = LIVE_STATUSES | PAUSED_STATUSES | STOPPED_STATUSES
 
 
 class SandboxQuerySet(models.QuerySet):
@@ -48,6 +76,12 @@ class SandboxQuerySet(models.QuerySet):
 
     def live(self):
         return self.filter(status__in=LIVE_STATUSES)
+
+    def paused(self):
+        return self.filter(status__in=PAUSED_STATUSES)
+
+    def stopped(self):
+        return self.filter(status__in=STOPPED_STATUSES)
 
 
 class Sandbox(models.Model):
@@ -79,6 +113,14 @@ class Sandbox(models.Model):
     last_activity_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField(null=True, blank=True)
     deleted_at = models.DateTimeField(null=True, blank=True)
+    # When the status last changed: how long a sandbox has been paused or stopped (the
+    # team's idle policy), and a claim (pausing, ...) left by a process that died.
+    status_changed_at = models.DateTimeField(null=True, blank=True)
+    # The lifetime asked for, and when it started counting (creation, or the last resume
+    # that gave a fresh one under the team's pause policy): expiry and its extensions count
+    # from there. Null on rows made before pause existed (created_at, expires_at say it).
+    lifetime_minutes = models.PositiveIntegerField(null=True, blank=True)
+    lifetime_started_at = models.DateTimeField(null=True, blank=True)
 
     objects = SandboxQuerySet.as_manager()
 
@@ -86,8 +128,20 @@ class Sandbox(models.Model):
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["team", "status"], name="sandbox_team_status")]
 
+    # How long the call that read this row waited for the sandbox to resume (not stored:
+    # set by sandboxes/services/lifecycle.py for the results of that call).
+    resumed_seconds: float | None = None
+
     def __str__(self) -> str:
         return self.public_id
+
+    @property
+    def paused_at(self):
+        return self.status_changed_at if self.status == SandboxStatus.PAUSED else None
+
+    @property
+    def stopped_at(self):
+        return self.status_changed_at if self.status == SandboxStatus.STOPPED else None
 
     def transition(self, new_status: str, message: str = "") -> None:
         """Move to new_status if the lifecycle allows it (the caller saves)."""
@@ -98,6 +152,7 @@ class Sandbox(models.Model):
         self.status = new_status
         self.status_message = message
         now = timezone.now()
+        self.status_changed_at = now
         if new_status == SandboxStatus.RUNNING:
             self.started_at = now
         elif new_status == SandboxStatus.DELETED:
@@ -112,7 +167,11 @@ class Sandbox(models.Model):
         first, and then neither the row nor this instance changes.
         """
         seen_status, seen_message = self.status, self.status_message
-        seen = {"deleted_at": self.deleted_at, "started_at": self.started_at}
+        seen = {
+            "deleted_at": self.deleted_at,
+            "started_at": self.started_at,
+            "status_changed_at": self.status_changed_at,
+        }
         self.transition(new_status, message)
         # Same status, new message: still a compare-and-set (a second sweeper claiming a
         # sandbox stuck in stopping loses on the message the first one wrote).
@@ -125,8 +184,10 @@ class Sandbox(models.Model):
             status_message=self.status_message,
             started_at=self.started_at,
             deleted_at=self.deleted_at,
+            status_changed_at=self.status_changed_at,
         )
         if not won:
             self.status, self.status_message = seen_status, seen_message
             self.deleted_at, self.started_at = seen["deleted_at"], seen["started_at"]
+            self.status_changed_at = seen["status_changed_at"]
         return bool(won)

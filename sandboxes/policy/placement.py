@@ -13,8 +13,13 @@ from hosts.backends.base import ProbeResult
 from hosts.backends.gpus import GpuUse, NotEnoughGpus, gpu_pick_cost, pick_gpus
 from hosts.models import Host
 from sandboxes.contract.errors import NoCapacity
-from sandboxes.models import LIVE_STATUSES
+from sandboxes.models import KEPT_STATUSES, LIVE_STATUSES, PAUSED_STATUSES
 from tenants.models import Team
+
+# A host's slots are taken by what holds CPU or memory there (a paused sandbox keeps its
+# memory); its GPUs by every sandbox kept on it, paused and stopped ones too (they get the
+# same GPUs back when they resume: CUDA_VISIBLE_DEVICES was theirs from the start).
+ON_HOST_STATUSES = LIVE_STATUSES | PAUSED_STATUSES
 
 
 def usable_by(team: Team) -> Q:
@@ -31,7 +36,7 @@ def candidate_hosts(team: Team):
         Host.objects.filter(enabled=True, draining=False, healthy=True)
         .filter(usable_by(team))
         .filter(kind__in=list(settings.SANDHUB_BACKENDS))
-        .annotate(live=Count("sandboxes", filter=Q(sandboxes__status__in=LIVE_STATUSES)))
+        .annotate(live=Count("sandboxes", filter=Q(sandboxes__status__in=ON_HOST_STATUSES)))
         .filter(live__lt=F("max_sandboxes"))
         .order_by("-idle_score", "live", "name")
     )
@@ -73,9 +78,9 @@ def choose_host(team: Team, gpus: int = 0) -> Placement:
 
 
 def gpu_assignments(host: Host) -> dict[int, int]:
-    """GPU index -> live sandboxes holding it on this host."""
+    """GPU index -> sandboxes holding it on this host (live, paused or stopped)."""
     counts: Counter[int] = Counter()
-    for held in host.sandboxes.filter(status__in=LIVE_STATUSES).values_list("gpus", flat=True):
+    for held in host.sandboxes.filter(status__in=KEPT_STATUSES).values_list("gpus", flat=True):
         counts.update(int(index) for index in held or [])
     return dict(counts)
 

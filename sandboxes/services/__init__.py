@@ -6,7 +6,8 @@ history (one CommandExecution per command) and leaves one AuditLog row (the `aud
 decorator), and returns a plain result object (sandboxes/contract/results.py). Another
 team's sandbox is "not found".
 
-Split by topic: sandboxes, lifetime, commands, background (+ jobs), files, archives, links
+Split by topic: sandboxes, lifecycle (pause, resume, stop; waking resumes on the way of a
+call), lifetime, commands, background (+ jobs), files, archives, links
 (file links; access_links: the rows of file links and preview tokens, listed and revoked),
 sync (+ its tar streams), previews (+ the proxy's access and addresses), hosts (+ housekeeping
 runs), team, selection and workflows (run_tests, run_once);
@@ -60,6 +61,7 @@ from sandboxes.services.hosts import (
     sweep_expired_and_idle,
 )
 from sandboxes.services.hostsetup import LoginSecret, add_host, read_host_key
+from sandboxes.services.lifecycle import pause_sandbox, resume_sandbox, stop_sandbox
 from sandboxes.services.lifetime import extend_sandbox, extendable_minutes, latest_expiry
 from sandboxes.services.links import (
     FileLink,
@@ -190,6 +192,9 @@ __all__ = [
     "MAX_PATHS",
     "TooLarge",
     "open_sync_download",
+    "pause_sandbox",
+    "resume_sandbox",
+    "stop_sandbox",
     "sync_delete",
     "sync_upload",
     "tree_manifest",

@@ -42,7 +42,7 @@ from django.utils import timezone
 from dbkit.prepared import PreparedRead
 from sandboxes.contract.errors import InvalidInput, NotFound, PermissionDenied
 from sandboxes.contract.links import LinkInfo
-from sandboxes.models import AccessLink, LinkKind, Preview, Sandbox, SandboxStatus
+from sandboxes.models import SERVED_STATUSES, AccessLink, LinkKind, Preview, Sandbox
 from sandboxes.policy import access
 from sandboxes.policy.access import READ, WRITE
 from tenants.auditing import AUDIT_VIEW, audited, current
@@ -200,7 +200,7 @@ def usable(link: AccessLink, now: datetime | None = None) -> bool:
     if not holds(link, now):
         return False
     if link.kind == LinkKind.FILE:
-        return link.sandbox.status == SandboxStatus.RUNNING
+        return link.sandbox.status in SERVED_STATUSES  # a paused one resumes to serve it
     return link.preview is not None and link.preview.stopped_at is None
 
 

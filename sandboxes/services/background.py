@@ -25,7 +25,7 @@ from sandboxes.contract.results import BackgroundCheck, CommandResult
 from sandboxes.models import CommandExecution, CommandStatus, Sandbox, SandboxStatus
 from sandboxes.policy import access, validation
 from sandboxes.policy.access import READ, WRITE
-from sandboxes.services.commands import fail_execution
+from sandboxes.services.commands import fail_execution, refuse_if_paused_meanwhile
 from sandboxes.services.common import backend_of, running_sandbox, touch
 from sandboxes.services.jobs import (
     background_check,
@@ -94,6 +94,7 @@ def start_background(
     current().details.update(
         {"command_id": execution.pk, "command": command[:500], "max_runtime_seconds": max_runtime}
     )
+    refuse_if_paused_meanwhile(execution, sandbox)
     # Unique within the sandbox even if ids restart (a restored database): it names the
     # job's directory and marks its processes.
     job_id = f"{execution.pk}-{secrets.token_hex(4)}"
@@ -150,6 +151,17 @@ def check_background(
     sandbox = access.get_sandbox(principal, sandbox_id, READ, "see background commands")
     execution = _background_execution(sandbox, command_id)
     live = None
+    if execution.status == CommandStatus.RUNNING and sandbox.status != SandboxStatus.RUNNING:
+        # Paused (its agent frozen: a look would wait for a resume) or on its way there: told
+        # from the row, without waking the sandbox for a look.
+        current().details.update({"command_id": execution.pk, "status": execution.status})
+        return background_check(
+            execution,
+            None,
+            tail_lines,
+            note=f"the sandbox is {sandbox.status}: "
+            "the command is frozen with it until it resumes (any call on the sandbox does)",
+        )
     if execution.status == CommandStatus.RUNNING:
         tail = BACKGROUND_TAIL_BYTES if tail_lines else 0
         try:
@@ -177,6 +189,11 @@ def cancel_background(principal: Principal, sandbox_id: str, command_id: int) ->
     current().details.update({"command_id": execution.pk, "was": execution.status})
     live = None
     if execution.status == CommandStatus.RUNNING:
+        # A frozen job cannot be killed: the sandbox resumes first (and a stopped one's
+        # jobs have ended already).
+        sandbox = running_sandbox(principal, sandbox_id, WRITE, "cancel commands")
+        execution.refresh_from_db()
+    if execution.status == CommandStatus.RUNNING:
         try:
             live = kill_and_record(execution, sandbox, BACKGROUND_TAIL_BYTES)
         except BackendError as exc:
@@ -184,7 +201,7 @@ def cancel_background(principal: Principal, sandbox_id: str, command_id: int) ->
                 f"could not cancel command {command_id} in sandbox {sandbox_id}: {exc}"
             ) from exc
     touch(sandbox)
-    check = background_check(execution, live, 50)
+    check = background_check(execution, live, 50, resumed_seconds=sandbox.resumed_seconds)
     current().details["status"] = check.status
     return check
 
@@ -205,8 +222,15 @@ def background_tick(principal: Principal, command_id: int) -> bool:
     if execution is None or execution.status != CommandStatus.RUNNING:
         return True
     sandbox = execution.sandbox
+    if sandbox.status in _FROZEN_OR_ENDING:
+        # Frozen (nothing to look at: a look through its frozen agent would wait), or being
+        # stopped (the stop records its end). After a resume, recover_background brings a
+        # supervisor back within a minute; check_background looks at once.
+        return True
+    if sandbox.status == SandboxStatus.RESUMING:
+        return False  # running again in a moment
     if sandbox.status != SandboxStatus.RUNNING:
-        # Deleted, lost or being deleted: the job went (or is going) with its container.
+        # Deleted, lost, stopped or being deleted: the job went (or goes) with its processes.
         record_background_end(
             execution, CommandStatus.ERROR, f"the sandbox is {sandbox.status}; the command ended"
         )
@@ -228,6 +252,9 @@ def background_tick(principal: Principal, command_id: int) -> bool:
     except BackendError as exc:
         logger.warning("background command %s: %s; trying again", command_id, exc)
         return False
+
+
+_FROZEN_OR_ENDING = frozenset({SandboxStatus.PAUSING, SandboxStatus.PAUSED, SandboxStatus.HALTING})
 
 
 def _background_execution(sandbox: Sandbox, command_id: int) -> CommandExecution:

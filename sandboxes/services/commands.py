@@ -9,8 +9,9 @@ from django.utils import timezone
 
 from dbkit import writes
 from hosts.backends.base import BackendError, ExecResult, OutputCallback, SandboxGone
-from sandboxes.contract.errors import BackendFailure, InvalidInput, NotFound
+from sandboxes.contract.errors import BackendFailure, Conflict, InvalidInput, NotFound
 from sandboxes.contract.results import CommandResult
+from sandboxes.housekeeping import transitions
 from sandboxes.models import CommandExecution, CommandStatus, Sandbox
 from sandboxes.policy import access, validation
 from sandboxes.policy.access import READ, WRITE
@@ -142,6 +143,7 @@ def _execute(
         started_at=timezone.now(),
     )
     current().details.update({"command_id": execution.pk, "command": display[:500]})
+    refuse_if_paused_meanwhile(execution, sandbox)
     started = time.monotonic()
     try:
         result = backend_of(sandbox).exec(
@@ -203,6 +205,22 @@ def _finished(execution: CommandExecution, result: ExecResult) -> dict[str, Any]
     if result.timed_out:
         execution.error_message = f"timed out after {execution.timeout_seconds:g} s"
     return {name: getattr(execution, name) for name in _FINISHED_FIELDS}
+
+
+def refuse_if_paused_meanwhile(execution: CommandExecution, sandbox: Sandbox) -> None:
+    """A pause or stop may have claimed the sandbox between its read and this command's row:
+    then the command does not run (a frozen sandbox would hold it to its timeout). The claim
+    checks for running rows, this for the claim: one of the two sees the other."""
+    if transitions.still_running(sandbox):
+        return
+    execution.status = CommandStatus.ERROR
+    execution.error_message = "not run: the sandbox was being paused or stopped"
+    execution.finished_at = timezone.now()
+    execution.save(update_fields=["status", "error_message", "finished_at"])
+    raise Conflict(
+        f"sandbox {sandbox.public_id} is being paused or stopped; the command did not run "
+        "(run it again: it resumes the sandbox)"
+    )
 
 
 def fail_execution(

@@ -11,26 +11,24 @@ from django.utils import timezone
 
 from hosts.backends import get_backend
 from hosts.backends.base import BackendError, SandboxBackend, SandboxGone
-from sandboxes.contract.errors import BackendFailure, Conflict, NotFound
+from sandboxes.contract.errors import BackendFailure, NotFound
 from sandboxes.contract.results import FileStream
 from sandboxes.models import ALLOWED_TRANSITIONS, Sandbox, SandboxStatus
 from sandboxes.policy import access
-from sandboxes.services import tarballs
+from sandboxes.services import tarballs, waking
 from tenants.auditing import current
 from tenants.principal import Principal
 
 
 def running_sandbox(principal: Principal, sandbox_id: str, need: str, doing: str) -> Sandbox:
-    """The principal's sandbox, authorized for `need`, named as the audit target, running."""
+    """The principal's sandbox, authorized for `need`, named as the audit target, running:
+    a paused or stopped one is resumed first (waking.py; its resumed_seconds says how long
+    that took), any other status is Conflict."""
     current().target("sandbox", sandbox_id)
     sandbox = access.get_sandbox(principal, sandbox_id, need, doing)
-    require_running(sandbox)
-    return sandbox
-
-
-def require_running(sandbox: Sandbox) -> None:
     if sandbox.status != SandboxStatus.RUNNING:
-        raise Conflict(f"sandbox {sandbox.public_id} is {sandbox.status}, not running")
+        waking.wake(principal, sandbox, doing)
+    return sandbox
 
 
 def backend_of(sandbox: Sandbox) -> SandboxBackend:

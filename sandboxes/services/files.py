@@ -17,6 +17,7 @@ from typing import IO, Any
 from django.conf import settings
 
 from sandboxes.contract.errors import BackendFailure, InvalidInput, NotFound
+from sandboxes.contract.lifecycle import ResumedList
 from sandboxes.contract.results import FileContent, FileEntry, FileStream, UploadFile, UploadResult
 from sandboxes.models import Sandbox
 from sandboxes.policy import validation
@@ -71,7 +72,12 @@ def upload_files(
     total = sum(item.size for item in prepared)
     current().details.update({"paths": paths[:50], "bytes": total})
     touch(sandbox)
-    return UploadResult(sandbox_id=sandbox.public_id, paths=paths, total_bytes=total)
+    return UploadResult(
+        sandbox_id=sandbox.public_id,
+        paths=paths,
+        total_bytes=total,
+        resumed_seconds=sandbox.resumed_seconds,
+    )
 
 
 @audited("files.write", "sandbox")
@@ -86,7 +92,10 @@ def write_file(
     current().details.update({"path": prepared[0].path, "bytes": len(data)})
     touch(sandbox)
     return UploadResult(
-        sandbox_id=sandbox.public_id, paths=[prepared[0].path], total_bytes=len(data)
+        sandbox_id=sandbox.public_id,
+        paths=[prepared[0].path],
+        total_bytes=len(data),
+        resumed_seconds=sandbox.resumed_seconds,
     )
 
 
@@ -146,7 +155,7 @@ def _refusals(path: str, verb: str) -> Iterator[None]:
 @audited("files.download", "sandbox", kind=AUDIT_READ)
 def download_files(
     principal: Principal, sandbox_id: str, paths: list[str], *, max_bytes: int | None = None
-) -> list[tuple[str, bytes]]:
+) -> ResumedList[tuple[str, bytes]]:
     """Files (or every file under directories) as (absolute path, content), one tar each.
 
     At most max_bytes of content in all (default and ceiling: SANDHUB_MAX_TRANSFER_BYTES);
@@ -162,7 +171,7 @@ def download_files(
         raise InvalidInput("paths must be a list of 1 to 100 paths")
     wanted = [validation.path(p) for p in paths]
     sandbox = running_sandbox(principal, sandbox_id, READ, "read files")
-    result: list[tuple[str, bytes]] = []
+    result: ResumedList[tuple[str, bytes]] = ResumedList(resumed_seconds=sandbox.resumed_seconds)
     for path in wanted:
         left = limit - sum(len(content) for _, content in result)
         with _reading(sandbox, path):
@@ -198,14 +207,17 @@ def _reading(sandbox: Sandbox, path: str) -> Iterator[None]:
 @audited("files.list", "sandbox", kind=AUDIT_VIEW)
 def list_files(
     principal: Principal, sandbox_id: str, path: str = validation.WORKSPACE
-) -> list[FileEntry]:
+) -> ResumedList[FileEntry]:
     current().target("sandbox", sandbox_id)
     full = validation.path(path)
     sandbox = running_sandbox(principal, sandbox_id, READ, "list files")
     current().details["path"] = full
     with backend_errors(sandbox, f"list {full}", missing=full):
         entries = backend_of(sandbox).list_dir(sandbox.backend_state, full)
-    return [FileEntry.model_validate(entry, from_attributes=True) for entry in entries]
+    return ResumedList(
+        [FileEntry.model_validate(entry, from_attributes=True) for entry in entries],
+        resumed_seconds=sandbox.resumed_seconds,
+    )
 
 
 # Size on stderr, the requested byte range on stdout: one round trip, binary-safe. What the
@@ -264,5 +276,10 @@ def read_file(
         raise BackendFailure(f"could not read {full}: no size in {reason[:200]!r}") from exc
     content = result.stdout[:max_bytes]
     return FileContent(
-        path=full, content=content, offset=offset, size=size, eof=offset + len(content) >= size
+        path=full,
+        content=content,
+        offset=offset,
+        size=size,
+        eof=offset + len(content) >= size,
+        resumed_seconds=sandbox.resumed_seconds,
     )

@@ -175,8 +175,15 @@ def keep_active(sandbox: Sandbox) -> None:
 
 
 def background_check(
-    execution: CommandExecution, live: JobStatus | None, tail_lines: int
+    execution: CommandExecution,
+    live: JobStatus | None,
+    tail_lines: int,
+    *,
+    note: str = "",
+    resumed_seconds: float | None = None,
 ) -> BackgroundCheck:
+    """The command as check_background and cancel_background show it; `note` stands in for
+    an error message while it runs (why it could not be looked at live)."""
     running = execution.status == CommandStatus.RUNNING
     if running and live is not None:
         text, total = decode_output(live.output), live.output_bytes
@@ -201,7 +208,8 @@ def background_check(
         elapsed_seconds=elapsed,
         max_runtime_seconds=execution.timeout_seconds,
         log_path=_job(execution).get("log", ""),
-        error_message=execution.error_message,
+        error_message=execution.error_message or (note if running else ""),
         started_at=execution.started_at,
         finished_at=execution.finished_at,
+        resumed_seconds=resumed_seconds,
     )

@@ -25,7 +25,7 @@ from tenants.principal import Principal
 
 
 def latest_expiry(created_at: datetime, team: Team) -> datetime:
-    """The latest expiry a sandbox created at `created_at` may be given."""
+    """The latest expiry a sandbox whose lifetime started at `created_at` may be given."""
     return created_at + timedelta(minutes=team.max_lifetime_minutes)
 
 
@@ -56,7 +56,8 @@ def extend_sandbox(principal: Principal, sandbox_id: str, minutes: int) -> Sandb
         now = timezone.now()
         start = max(now, locked.expires_at) if locked.expires_at else now
         wanted = start + timedelta(minutes=minutes)
-        ceiling = latest_expiry(locked.created_at, locked.team)
+        # From its creation, or from the resume that gave it a fresh lifetime (pause policy).
+        ceiling = latest_expiry(locked.lifetime_started_at or locked.created_at, locked.team)
         if wanted > ceiling:
             left = max(0, int((ceiling - start).total_seconds() // 60))
             raise QuotaExceeded(

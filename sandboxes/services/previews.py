@@ -126,7 +126,7 @@ def deploy_app(
     )
 
 
-@audited("preview.open", "sandbox", atomic=True)
+@audited("preview.open", "sandbox")
 def get_preview_url(
     principal: Principal,
     sandbox_id: str,
@@ -158,17 +158,20 @@ def get_preview_url(
     _require_port_allowed(sandbox.team, port)
     if public:
         _require_public_allowed(principal, sandbox.team)
-    preview = _open_row(principal, sandbox, port, public)
-    link, token = access_links.mint_preview_token(principal, sandbox, preview, seconds)
-    current().details.update(
-        {
-            "port": port,
-            "preview_id": preview.pk,
-            "public": preview.public,
-            "link_id": link.public_id,
-            "expires_at": _iso(link),
-        }
-    )
+    # The rows and the audit row in one transaction, after the sandbox was found running:
+    # resuming it (running_sandbox) changes its host, which no rollback would undo.
+    with change():
+        preview = _open_row(principal, sandbox, port, public)
+        link, token = access_links.mint_preview_token(principal, sandbox, preview, seconds)
+        current().details.update(
+            {
+                "port": port,
+                "preview_id": preview.pk,
+                "public": preview.public,
+                "link_id": link.public_id,
+                "expires_at": _iso(link),
+            }
+        )
     return PreviewLink(
         sandbox_id=sandbox.public_id,
         port=port,
@@ -306,7 +309,8 @@ def _stop(principal: Principal, sandbox: Sandbox, preview: Preview, reason: str)
     command = preview.command
     if command is None or command.status not in (CommandStatus.QUEUED, CommandStatus.RUNNING):
         return False
-    if sandbox.status != SandboxStatus.RUNNING:
+    # A paused sandbox's command is frozen: cancel_background resumes the sandbox to end it.
+    if sandbox.status not in (SandboxStatus.RUNNING, SandboxStatus.PAUSED):
         return False  # its command went (or goes) with the sandbox
     current().details["stopped_command"] = command.pk
     unaudited(cancel_background)(principal, sandbox.public_id, command.pk)

@@ -16,15 +16,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.utils import timezone
 
 from dbkit.prepared import PreparedRead
 from hosts.backends.base import BackendError, PortClosed, PortStream, SandboxGone
 from sandboxes.contract.errors import BackendFailure, InvalidInput, NotFound
-from sandboxes.models import AccessLink, Preview, Sandbox, SandboxStatus
+from sandboxes.models import SERVED_STATUSES, AccessLink, Preview, Sandbox, SandboxStatus
 from sandboxes.policy import validation
-from sandboxes.services import access_links
+from sandboxes.services import access_links, waking
 from sandboxes.services.common import ACTIVITY_WRITE_INTERVAL, backend_of, mark_lost, touch
 from sandboxes.services.previews_tokens import INVALID
 from tenants import audit
@@ -96,12 +97,14 @@ def _authorized(request: PreviewRequest) -> tuple[PreviewGrant, Sandbox]:
     raise NotFound(INVALID)
 
 
+# A paused or stopped sandbox's previews are served too: resumed once a request is authorized.
+_SERVED = sorted(SERVED_STATUSES)
 # Every proxied request reads its preview like this: compiled once (dbkit/prepared.py).
 _running_preview: PreparedRead[Preview] = PreparedRead(
     lambda sandbox_id, port: (
         Preview.objects.open()
         .select_related("sandbox__team", "sandbox__host")
-        .filter(sandbox__public_id=sandbox_id, sandbox__status=SandboxStatus.RUNNING, port=port)
+        .filter(sandbox__public_id=sandbox_id, sandbox__status__in=_SERVED, port=port)
         .order_by()[:1]
     ),
     "\x00sandbox placeholder",
@@ -199,6 +202,7 @@ def open_preview(request: PreviewRequest, timeout: float = 5.0) -> tuple[Preview
     """authorize_preview and open_preview_stream in one: the sandbox row the authorization
     read is the one the stream opens on (one query and one thread hop less per request)."""
     grant, sandbox = _authorized(request)
+    _awake(sandbox, grant, request)
     return grant, _stream(sandbox, grant, timeout)
 
 
@@ -210,14 +214,33 @@ def open_preview_stream(grant: PreviewGrant, timeout: float = 5.0) -> PortStream
     the grant; BackendFailure (502) with a message for a person when nothing listens.
     """
     sandbox = (
-        Sandbox.objects.select_related("host")
-        .filter(public_id=grant.sandbox_id, status=SandboxStatus.RUNNING)
+        Sandbox.objects.select_related("host", "team")
+        .filter(public_id=grant.sandbox_id, status__in=_SERVED)
         .order_by()
         .first()
     )
     if sandbox is None:
         raise NotFound(INVALID)
+    _awake(sandbox, grant, None)
     return _stream(sandbox, grant, timeout)
+
+
+def _awake(sandbox: Sandbox, grant: PreviewGrant, request: PreviewRequest | None) -> None:
+    """Resume the preview's sandbox if it is paused or stopped: only ever after the request
+    was authorized (a stranger's request is refused before this). The resume is audited
+    for the session's user, or for nobody in particular (a token, a public preview)."""
+    if sandbox.status == SandboxStatus.RUNNING:
+        return
+    user = None
+    if request is not None and grant.via == "session" and request.user_id is not None:
+        user = get_user_model().objects.filter(pk=request.user_id).first()
+    principal = Principal(
+        user=user,
+        team=sandbox.team,
+        channel=Channel.WEB,
+        source_address=clean_address(request.address) if request else None,
+    )
+    waking.wake(principal, sandbox, f"preview.open {grant.preview_id} via {grant.via}")
 
 
 def _stream(sandbox: Sandbox, grant: PreviewGrant, timeout: float) -> PortStream:

@@ -16,8 +16,9 @@ from concurrent.futures import wait as wait_all
 from typing import Any
 
 from hosts.backends.base import SandboxBackend, SandboxGone
+from sandboxes.contract.errors import Conflict
 from sandboxes.contract.results import SandboxInfo
-from sandboxes.models import SandboxStatus
+from sandboxes.models import CHANGING_STATUSES, Sandbox, SandboxStatus
 from sandboxes.policy import access
 from sandboxes.policy.access import WRITE
 from sandboxes.services.common import backend_of
@@ -37,10 +38,20 @@ def delete_soon(principal: Principal, sandbox_id: str) -> SandboxInfo:
     sandbox = access.get_sandbox(principal, sandbox_id, WRITE, "delete sandboxes")
     state = dict(sandbox.backend_state)
     backend = backend_of(sandbox) if sandbox.host and state else None
-    if sandbox.status != SandboxStatus.PENDING:
+    if sandbox.status in CHANGING_STATUSES:
+        raise Conflict(f"sandbox {sandbox_id} is {sandbox.status} right now; try again")
+    seen = sandbox.status
+    if seen != SandboxStatus.PENDING:
         sandbox.transition(SandboxStatus.STOPPING)
     sandbox.transition(SandboxStatus.DELETED, REMOVED_LATER if backend else "")
-    sandbox.save()
+    # Compare-and-set on the status it was read in: a pause or stop that got there first
+    # keeps its claim, and this changes nothing.
+    fields = ("status", "status_message", "status_changed_at", "deleted_at")
+    won = Sandbox.objects.filter(pk=sandbox.pk, status=seen).update(
+        **{name: getattr(sandbox, name) for name in fields}
+    )
+    if not won:
+        raise Conflict(f"sandbox {sandbox_id} changed meanwhile; try again")
     if backend is not None:
         future = _pool.submit(_remove, backend, state, sandbox.public_id)
         with _lock:

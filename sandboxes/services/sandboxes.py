@@ -11,10 +11,16 @@ from django.utils import timezone
 from hosts.backends.base import BackendError, SandboxGone, SandboxSpec
 from hosts.backends.gpus import gpu_environment
 from hosts.models import Image
-from sandboxes.contract.errors import BackendFailure, InvalidInput, PermissionDenied, QuotaExceeded
+from sandboxes.contract.errors import (
+    BackendFailure,
+    Conflict,
+    InvalidInput,
+    PermissionDenied,
+    QuotaExceeded,
+)
 from sandboxes.contract.results import SandboxInfo
 from sandboxes.housekeeping import pool
-from sandboxes.models import Preview, Sandbox, SandboxStatus
+from sandboxes.models import CHANGING_STATUSES, Preview, Sandbox, SandboxStatus
 from sandboxes.policy import access, placement, validation
 from sandboxes.policy.access import READ, WRITE
 from sandboxes.policy.limits import (
@@ -229,16 +235,19 @@ def get_sandbox(principal: Principal, sandbox_id: str) -> SandboxInfo:
 
 @audited("sandbox.delete", "sandbox")
 def delete_sandbox(principal: Principal, sandbox_id: str) -> SandboxInfo:
-    """Remove the sandbox and everything it stored; its history stays."""
+    """Remove the sandbox and everything it stored; its history stays.
+
+    Claimed with a compare-and-set on the status it was read in: a pause, resume or stop
+    that got there first (or is under way) makes this a Conflict that changes nothing."""
     current().target("sandbox", sandbox_id)
     sandbox = access.get_sandbox(principal, sandbox_id, WRITE, "delete sandboxes")
+    if sandbox.status in CHANGING_STATUSES:
+        raise Conflict(f"sandbox {sandbox_id} is {sandbox.status} right now; delete it in a moment")
     if sandbox.status == SandboxStatus.PENDING:
         with change():
-            sandbox.transition(SandboxStatus.DELETED)
-            sandbox.save()
+            _claim_for_delete(sandbox, SandboxStatus.DELETED)
         return SandboxInfo.from_model(sandbox)
-    sandbox.transition(SandboxStatus.STOPPING)
-    sandbox.save(update_fields=["status", "status_message"])
+    _claim_for_delete(sandbox, SandboxStatus.STOPPING)
     # Its previews close with it (the proxy serves only running sandboxes' anyway).
     Preview.objects.filter(sandbox=sandbox).stop("its sandbox was deleted")
     message = ""
@@ -250,12 +259,21 @@ def delete_sandbox(principal: Principal, sandbox_id: str) -> SandboxInfo:
         message = f"its container or directory was already gone: {exc}"
     except BackendError as exc:
         sandbox.transition(SandboxStatus.ERROR, f"delete failed: {exc}")
-        sandbox.save(update_fields=["status", "status_message"])
+        sandbox.save(update_fields=["status", "status_message", "status_changed_at"])
         raise BackendFailure(f"could not delete sandbox {sandbox_id}: {exc}") from exc
     with change():  # deleted, and its audit row, in one transaction
         sandbox.transition(SandboxStatus.DELETED, message)
         sandbox.save()
     return SandboxInfo.from_model(sandbox)
+
+
+def _claim_for_delete(sandbox: Sandbox, status: str) -> None:
+    seen = sandbox.status
+    if not sandbox.transition_if(status):
+        now = Sandbox.objects.filter(pk=sandbox.pk).values_list("status", flat=True).first()
+        raise Conflict(
+            f"sandbox {sandbox.public_id} changed meanwhile ({seen}, now {now}); try again"
+        )
 
 
 @audited("sandbox.rename", "sandbox", atomic=True)

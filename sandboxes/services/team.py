@@ -58,6 +58,14 @@ class TeamUsage:
     images: tuple[ImageChoice, ...]
     # Whether any host the team may use reports a GPU (its probe gives a GPU load).
     gpu_hosts: bool
+    # Quotas by state (policy/quotas.py) and what idleness does (Team.idle_action).
+    paused: int = 0
+    max_paused: int = 0
+    stopped: int = 0
+    max_stopped: int = 0
+    idle_action: str = "delete"
+    stop_paused_after_hours: int = 0
+    delete_stopped_after_days: int = 0
 
     @property
     def default_image(self) -> str | None:
@@ -93,6 +101,13 @@ def team_usage(principal: Principal) -> TeamUsage:
         allow_network=team.allow_network,
         images=images,
         gpu_hosts=placement.visible_hosts(team).filter(gpu_percent__isnull=False).exists(),
+        paused=Sandbox.objects.filter(team=team).paused().count(),
+        max_paused=team.max_paused_sandboxes,
+        stopped=Sandbox.objects.filter(team=team).stopped().count(),
+        max_stopped=team.max_stopped_sandboxes,
+        idle_action=team.idle_action,
+        stop_paused_after_hours=team.stop_paused_after_hours,
+        delete_stopped_after_days=team.delete_stopped_after_days,
     )
 
 

@@ -107,6 +107,18 @@ def _quotas(usage: TeamUsage) -> list[dict[str, object]]:
     rows = [
         ("Running sandboxes", usage.running, most, f"{usage.running} of {most}"),
         (
+            "Paused sandboxes",
+            usage.paused,
+            usage.max_paused,
+            f"{usage.paused} of {usage.max_paused}",
+        ),
+        (
+            "Stopped sandboxes",
+            usage.stopped,
+            usage.max_stopped,
+            f"{usage.stopped} of {usage.max_stopped}",
+        ),
+        (
             "CPUs",
             usage.cpus_in_use,
             most * usage.max_cpus_per_sandbox,

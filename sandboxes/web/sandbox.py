@@ -59,6 +59,9 @@ def render_page(
     except ServiceError as exc:
         return refused(request, exc)
     running = info.status == "running"
+    # Paused or stopped: the runner resumes it (the services do); the listings would too, so
+    # they wait until it runs (opening the page does not wake a sandbox).
+    resumable = info.status in ("paused", "stopped")
     directory = request.GET.get("path") or WORKSPACE
     listing = files_context(request, sandbox_id, directory) if running else {}
     previews = previews_context(request, sandbox_id, history, bound) if running else {}
@@ -66,6 +69,7 @@ def render_page(
     context: dict[str, Any] = {
         "sandbox": info,
         "running": running,
+        "resumable": resumable,
         "limits": _limits(info),
         "extend_left": left,
         "extend_form": bound.get("extend_form") or ExtendForm(left=left),

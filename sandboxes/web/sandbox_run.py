@@ -137,6 +137,7 @@ def end_event(result: CommandResult) -> dict[str, Any]:
         "stderr_bytes": result.stderr_bytes,
         "error": result.error_message,
         "url": reverse("web:sandbox-command", args=[result.sandbox_id, result.id]),
+        "resumed_seconds": result.resumed_seconds,
     }
 
 
@@ -181,9 +182,12 @@ async def _html(pump: _Pump, back: str) -> AsyncIterator[bytes]:
             yield escape(event["d"]).encode()
         elif event["t"] == "end":
             truncated = " (output truncated)" if event["truncated"] else ""
+            resumed = event["resumed_seconds"]
+            first = f" (resumed the sandbox first: {resumed:.2f} s)" if resumed is not None else ""
             yield (
                 f'</pre><p>{escape(event["status"])}: exit code <span id="run-exit">'
-                f"{event['exit_code']}</span> after {event['duration'] or 0:.2f} s{truncated}</p>"
+                f"{event['exit_code']}</span> after {event['duration'] or 0:.2f} s"
+                f"{first}{truncated}</p>"
             ).encode()
         else:
             yield f'</pre><p class="error" role="alert">{escape(event["d"])}</p>'.encode()
@@ -205,7 +209,9 @@ def run(request: HttpRequest, sandbox_id: str) -> HttpResponseBase:
         # missing sandbox (404), one not running (409), and for a reader the service's own
         # refusal of the command (403): it refuses before anything runs.
         info = services.get_sandbox(principal, sandbox_id)
-        if info.status != "running":
+        # A paused or stopped sandbox is resumed by the command's service (the end event
+        # says how long that took).
+        if info.status not in ("running", "paused", "stopped"):
             return HttpResponse(
                 f"sandbox {sandbox_id} is {info.status}, not running",
                 status=409,

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from django.urls import path
 
-from sandboxes.web import files, jobs, links, previews, sandbox, sandbox_run
+from sandboxes.web import files, jobs, lifecycle, links, previews, sandbox, sandbox_run
 
 S = "sandboxes/<str:sandbox_id>/"
 
 urlpatterns = [
     path(S, sandbox.page, name="sandbox"),
     path(S + "extend/", sandbox.extend, name="sandbox-extend"),
+    path(S + "pause/", lifecycle.pause, name="sandbox-pause"),
+    path(S + "resume/", lifecycle.resume, name="sandbox-resume"),
+    path(S + "stop/", lifecycle.stop, name="sandbox-stop"),
     path(S + "run/", sandbox_run.run, name="sandbox-run"),
     path(S + "commands/", sandbox.history, name="sandbox-commands"),
     path(S + "commands/<int:command_id>/", sandbox.command, name="sandbox-command"),

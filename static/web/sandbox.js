@@ -47,6 +47,12 @@
     state.className = "status status-" + event.status;
     exit.textContent = event.exit_code === null ? "none" : String(event.exit_code);
     duration.textContent = event.duration === null ? "" : "after " + event.duration.toFixed(2) + " s";
+    if (event.resumed_seconds !== null && event.resumed_seconds !== undefined) {
+      // The sandbox was paused or stopped: the command resumed it first.
+      duration.textContent += " (resumed the sandbox first: " + event.resumed_seconds.toFixed(2) + " s)";
+      var badge = document.getElementById("sandbox-status");
+      if (badge) { badge.textContent = "running"; badge.className = "status status-running"; }
+    }
     truncated.hidden = !event.truncated;
     if (event.error) append("\n" + event.error + "\n", "stderr");
     link.href = event.url;

@@ -70,6 +70,7 @@ class TeamAdmin(admin.ModelAdmin):
         "max_memory_mb_per_sandbox",
         "max_disk_mb_per_sandbox",
         "max_lifetime_minutes",
+        "idle_action",
         "allow_network",
         "allow_public_previews",
         "created_at",
@@ -86,6 +87,9 @@ class TeamAdmin(admin.ModelAdmin):
             {
                 "fields": [
                     "max_running_sandboxes",
+                    "max_paused_sandboxes",
+                    "max_paused_memory_mb",
+                    "max_stopped_sandboxes",
                     "max_cpus_per_sandbox",
                     "max_memory_mb_per_sandbox",
                     "max_disk_mb_per_sandbox",
@@ -111,6 +115,16 @@ class TeamAdmin(admin.ModelAdmin):
                     "default_lifetime_minutes",
                     "max_lifetime_minutes",
                     "idle_timeout_minutes",
+                ]
+            },
+        ),
+        (
+            "Idleness: pause, stop, delete",
+            {
+                "fields": [
+                    "idle_action",
+                    "stop_paused_after_hours",
+                    "delete_stopped_after_days",
                 ]
             },
         ),

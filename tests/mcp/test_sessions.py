@@ -103,7 +103,13 @@ def test_delete_stop_and_cancel_require_sandbox_id_in_their_schemas(asgi_server,
             return {tool.name: tool for tool in await client.list_tools()}
 
     tools = run(conversation())
-    for name in ("delete_sandbox", "stop_app", "cancel_background"):
+    for name in (
+        "delete_sandbox",
+        "stop_app",
+        "cancel_background",
+        "pause_sandbox",
+        "stop_sandbox",
+    ):
         schema = tools[name].input_schema
         assert "sandbox_id" in schema["required"], name
         assert schema["properties"]["sandbox_id"]["type"] == "string", name

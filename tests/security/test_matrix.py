@@ -120,6 +120,7 @@ REST_CASES: dict[tuple[str, str], RestCase] = {
     ("sync", "POST"): RestCase(SANDBOX_B, raw=matrix.pwned_tar(), query={"path": "/workspace"}),
     ("sync-delete", "POST"): RestCase(SANDBOX_B, json=SECRET_PATHS),
     ("sync-download", "POST"): RestCase(SANDBOX_B, json=SECRET_PATHS),
+    **{(name, "POST"): RestCase(SANDBOX_B) for name in ("pause", "resume", "stop")},
 }
 ROUTES = rest_routes()
 FAKE, DOCKER = ["fake"], [pytest.param("docker", marks=pytest.mark.docker)]
@@ -293,6 +294,7 @@ TOOL_CASES: dict[str, ToolCase] = {
     "get_file_link": ToolCase(on_b(path="secret.txt"), write=True),
     "list_links": ToolCase(on_b()),
     "revoke_link": ToolCase(LINK_B, write=True),
+    **dict.fromkeys(("pause_sandbox", "resume_sandbox", "stop_sandbox"), ToolCase(on_b(), True)),
 }
 
 

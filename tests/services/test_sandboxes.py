@@ -258,8 +258,10 @@ def test_output_is_capped_with_true_byte_count(sandbox, as_alice):
 
 
 def test_commands_need_a_running_sandbox(sandbox, as_alice):
-    Sandbox.objects.filter(public_id=sandbox.id).update(status=SandboxStatus.STOPPED)
-    with pytest.raises(Conflict, match="stopped, not running"):
+    # A paused or stopped one is resumed first (tests/services/test_lifecycle.py); one in
+    # error is not.
+    Sandbox.objects.filter(public_id=sandbox.id).update(status=SandboxStatus.ERROR)
+    with pytest.raises(Conflict, match="error, not running"):
         services.run_command(as_alice, sandbox.id, "echo x")
 
 

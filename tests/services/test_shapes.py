@@ -61,6 +61,7 @@ def test_mcp_shapes_keep_their_names_and_read_the_result():
         "command": "pytest",
         "status": "running",
         "started_at": "2026-01-02T03:04:05Z",
+        "resumed_seconds": None,
     }
     # Descriptions come from the result, unless the interface says it otherwise.
     properties = schemas.Command.model_json_schema()["properties"]
@@ -117,6 +118,7 @@ def test_render_adds_the_interfaces_own_fields():
         "offset": 0,
         "returned_bytes": 1,
         "eof": True,
+        "resumed_seconds": None,
     }
 
 
@@ -126,7 +128,7 @@ def test_a_view_of_fields_the_result_lacks_is_refused():
         class Wrong(Shape, source=results.UploadResult, fields="sandbox_id nope"):
             pass
 
-    class Own(Shape, source=results.UploadResult, exclude=("paths",)):
+    class Own(Shape, source=results.UploadResult, exclude=("paths", "resumed_seconds")):
         note: str = Field("", description="the interface's own")
 
     assert list(Own.model_fields) == ["sandbox_id", "total_bytes", "note"]

@@ -17,7 +17,8 @@ connection to the host's engine):
 - stream:     an exec's hijacked connection, its frames taken apart;
 - files:      tar archives in and out, and of chosen entries (the local client's sync);
 - probe:      health and committed load of the host, GPU use;
-- pool:       warm-pool members and their claim.
+- pool:       warm-pool members and their claim;
+- states:     pause, resume, stop and start (the engine's own, disk and fences kept).
 
 Measured on the development machine (engine 20.10, cgroup v1): exec of `true` ~45 ms,
 provision ~170 ms, destroy ~45 ms.
@@ -47,9 +48,11 @@ from hosts.backends.docker.containers import Containers
 from hosts.backends.docker.disk import DEFAULT_DISK_MB
 from hosts.backends.docker.engine import Engine
 from hosts.backends.docker.files import Files
+from hosts.backends.docker.names import names
 from hosts.backends.docker.plain import DockerPlainExec
 from hosts.backends.docker.pool import Pool
 from hosts.backends.docker.probe import Prober
+from hosts.backends.docker.states import States
 from hosts.backends.fallback.commands import PlainCommands
 from hosts.backends.fallback.jobs import PlainJobs
 
@@ -77,6 +80,7 @@ class DockerBackend(AgentFirstBackend):
         self.files = Files(self.engine, self.plain)
         self.prober = Prober(self.engine)
         self.pool = Pool(self.engine, self.containers)
+        self.states = States(self.engine, self.containers)
 
     # The registry hands a cached backend the caller's fresh Host row (flags, options): kept on
     # the engine, every helper reads that one.
@@ -104,7 +108,24 @@ class DockerBackend(AgentFirstBackend):
         self.containers.destroy(state)
 
     def status(self, state: dict[str, Any]) -> str:
-        return self.containers.status(state)
+        container, _ = names(state)
+        return self.states.status(container) if container else "missing"
+
+    def pause(self, state: dict[str, Any]) -> None:
+        self.states.pause(state)
+
+    def resume(self, state: dict[str, Any]) -> None:
+        self.states.resume(state)
+
+    def stop(self, state: dict[str, Any]) -> None:
+        # Its agent dies with its processes: forgotten, so the next call starts a new one
+        # rather than finding the old stream broken.
+        self.agents.forget(state)
+        self.states.stop(state)
+
+    def start(self, state: dict[str, Any]) -> None:
+        self.agents.forget(state)
+        self.states.start(state)
 
     # --- files -------------------------------------------------------------------------------
     def put_files(

@@ -87,7 +87,7 @@ class Containers:
                 container = self._create_container(client, spec, name, network, bool(disk_mb))
                 created.append(lambda: self._remove_container(container.id))
                 container.start()
-                self._check_started(container)
+                self.check_started(container)
         except BaseException:
             for undo in reversed(created):
                 with contextlib.suppress(Exception):
@@ -169,7 +169,7 @@ class Containers:
             "/home/sandbox": f"{common},mode=0755,uid={SANDBOX_UID},gid={SANDBOX_GID}",
         }
 
-    def _check_started(self, container: Container) -> None:
+    def check_started(self, container: Container) -> None:
         container.reload()
         if container.status == "running":
             return
@@ -211,17 +211,6 @@ class Containers:
                 if exc.status_code != 409 or attempt == 19:
                     raise
                 time.sleep(0.1)
-
-    def status(self, state: dict[str, Any]) -> str:
-        container, _ = names(state)
-        if not container:
-            return "missing"
-        with self.engine.errors("inspecting sandbox"):
-            try:
-                info = self.engine.api().inspect_container(container)
-            except docker.errors.NotFound:
-                return "missing"
-        return "running" if info.get("State", {}).get("Status") == "running" else "stopped"
 
     # --- reconciliation ----------------------------------------------------------------------
     def list_sandbox_ids(self) -> Iterable[str]:

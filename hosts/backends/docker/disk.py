@@ -140,6 +140,17 @@ class Disks:
         logger.warning("%s still busy after 2 s: detaching it lazily", mountpoint)
         local.run(["umount", "-l", str(mountpoint)], f"unmounting {mountpoint.name}")
 
+    def ensure_mounted(self, name: str) -> None:
+        """Mount the sandbox's disk if it is not (a stopped sandbox starting after a reboot);
+        BackendError if its image is gone: its container must not start without it."""
+        paths = _Paths(name)
+        with _host_errors(f"mounting the disk {name}"), self._locked():
+            if not paths.image.exists():
+                raise BackendError(f"the disk of {name} ({paths.image}) is gone")
+            if not _mounted(paths.mountpoint):
+                paths.mountpoint.mkdir(mode=0o700, exist_ok=True)
+                self._mount(paths)
+
     def ensure_all(self) -> int:
         """Mount every disk that is not (after a reboot); how many disks there are."""
         if not self.enabled or not disk_dir().is_dir():

@@ -13,7 +13,8 @@ kind) composed of the pieces of this package, as DockerBackend composes its own:
   login user has no usable python3 (the agent is unavailable);
 - ports: port streams (previews) without the agent: a direct-tcpip channel, on a host
   without per-sandbox users only;
-- hostprobe / hostkeys: load, GPUs and facts in one round trip; the host key for an admin.
+- hostprobe / hostkeys: load, GPUs and facts in one round trip; the host key for an admin;
+- suspend: pause, resume, stop and start of isolated sandboxes.
 
 The host is reached only once its key is pinned (Host.host_key_pinned, confirmed in admin);
 the login user is the credential's username, its secret a password or a private key.
@@ -41,7 +42,7 @@ from hosts.backends.base import (
 )
 from hosts.backends.fallback.commands import PlainCommands
 from hosts.backends.fallback.jobs import PlainJobs
-from hosts.backends.ssh import hostkeys, hostprobe, layout, ports, provision
+from hosts.backends.ssh import hostkeys, hostprobe, layout, ports, provision, suspend
 from hosts.backends.ssh.agent import MAX_AGENTS, SshAgentPlace
 from hosts.backends.ssh.connection import SshConnection, SshTarget
 from hosts.backends.ssh.hostprobe import HostFacts
@@ -136,6 +137,22 @@ class SshBackend(AgentFirstBackend):
 
     def status(self, state: dict[str, Any]) -> str:
         return provision.status(self.connection(), state, base_dir=self.base_dir)
+
+    # Isolated sandboxes only (suspend.py): their cgroup is frozen, their processes ended
+    # and their namespaces made again; others answer Unsupported, saying why.
+    def pause(self, state: dict[str, Any]) -> None:
+        suspend.pause(self.connection(), state)
+
+    def resume(self, state: dict[str, Any]) -> None:
+        suspend.resume(self.connection(), state)
+
+    def stop(self, state: dict[str, Any]) -> None:
+        suspend.halt(self.connection(), state)
+        self.agents.forget(state)  # it ended with every other process of the sandbox
+
+    def start(self, state: dict[str, Any]) -> None:
+        self.agents.forget(state)
+        suspend.restart(self.connection(), state)
 
     def command_argv(self, state: dict[str, Any], argv: list[str]) -> list[str]:
         """Arguments that are /workspace paths, as the host has them: the services pass paths

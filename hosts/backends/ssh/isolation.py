@@ -47,7 +47,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = [
+    "CGROUPS",
     "DEFAULT_DISK_MB",
+    "HOLDER",
+    "MAKE_DISK",
     "ENTER",
     "NOT_RUNNING_EXIT",
     "START",
@@ -85,12 +88,28 @@ drop_egress_rule() {  # $1: a uid; every OUTPUT rule sending it to the egress ch
   command -v iptables >/dev/null 2>&1 || return 0
   while iptables -w -D OUTPUT -m owner --uid-owner "$1" -j "$chain" 2>/dev/null; do :; done
 }
+cg_frozen() {  # every cgroup of the sandbox frozen (v1 freezer.state, v2 cgroup.events)
+  found=
+  for c in $(cgroups); do
+    cg_valid "$c" || continue
+    if [ -f "$c/freezer.state" ]; then
+      [ "$(cat -- "$c/freezer.state")" = FROZEN ] || return 1; found=1
+    elif [ -f "$c/cgroup.events" ]; then
+      grep -qx 'frozen 1' "$c/cgroup.events" || return 1; found=1
+    fi
+  done
+  [ -n "$found" ]
+}
+holder_alive() {  # its namespaces' holder runs (a recycled pid is not in its cgroup)
+  holder=$(cat -- "$dir/holder" 2>/dev/null) \\
+    && grep -q "/sandhub/$id\\$" "/proc/$holder/cgroup" 2>/dev/null
+}
 cg_pids() {
   for c in $(cgroups); do cg_valid "$c" && cat -- "$c/cgroup.procs" 2>/dev/null; done | sort -u
 }
 """
 
-START = """\
+CGROUPS = """\
 # The cgroup: v2 (one directory) or v1 (one per controller), limits written before any
 # process joins.
 cgpaths=
@@ -139,6 +158,10 @@ in_cgroups() {
 # A rule a sandbox that had this uid before left behind (its destroy cut short).
 drop_egress_rule "$uid"
 
+"""
+
+# The disk made (provision only: a restart mounts the one there, suspend.py).
+MAKE_DISK = """\
 # The disk: a sparse ext4 image on the workspace, its root directory the sandbox user's.
 truncate -s "${disk_mb}M" "$dir/disk.img" && chmod 0600 "$dir/disk.img" \\
   && mkfs.ext4 -q -F -m 0 -E "root_owner=$uid:$gid" "$dir/disk.img" >/dev/null 2>&1 \\
@@ -149,6 +172,10 @@ made_disk=1
 chmod 0700 "$dir/workspace"
 rm -rf -- "$dir/workspace/lost+found"
 
+"""
+
+# The holder and, with network, user-mode networking: what a restart makes again.
+HOLDER = """\
 # The holder. Its root: a tmpfs with the host's top-level directories bound read-only.
 set -- --unshare-user --unshare-ipc --unshare-pid --unshare-uts --unshare-cgroup \\
   --disable-userns --hostname sandbox --info-fd 3
@@ -216,10 +243,13 @@ if [ -n "$network" ]; then
 fi
 """
 
+START = CGROUPS + MAKE_DISK + HOLDER
+
 # As root, with $id, $dir, $uid set: every process of the sandbox stopped, its cgroups,
 # egress rule and disk removed. Safe to run on a sandbox half made, or already stopped.
+# halt_isolation is the first part alone (a stop that keeps the sandbox: suspend.py).
 STOP = """\
-stop_isolation() {
+halt_isolation() {
   if [ -s "$dir/cgroups" ]; then
     cg_freeze 1
     n=0
@@ -239,11 +269,17 @@ stop_isolation() {
   ruled=$(cat -- "$dir/egress-uid" 2>/dev/null || :)
   for u in $uid $ruled; do drop_egress_rule "$u"; done
   rm -f -- "$dir/egress-uid"
+}
+unmount_disk() {
+  if mountpoint -q "$dir/workspace" 2>/dev/null; then
+    umount -- "$dir/workspace" 2>/dev/null || umount -l -- "$dir/workspace" \\
+      || fail "cannot unmount the disk of sandbox $id"
+  fi
+}
+stop_isolation() {
+  halt_isolation
   if [ -f "$dir/disk.img" ]; then
-    if mountpoint -q "$dir/workspace" 2>/dev/null; then
-      umount -- "$dir/workspace" 2>/dev/null || umount -l -- "$dir/workspace" \\
-        || fail "cannot unmount the disk of sandbox $id"
-    fi
+    unmount_disk
     rm -f -- "$dir/disk.img"
   fi
 }
@@ -251,10 +287,13 @@ stop_isolation() {
 
 # After provision.status's _PRESENT ($present): whether the holder still runs (a recycled pid
 # is not in the sandbox's cgroup).
+# A sandbox stopped on purpose (suspend.py) is "stopped", a frozen one "paused".
 HOLDER_ALIVE = """\
 if [ "$present" = yes ]; then
-  holder=$(cat -- "$dir/holder" 2>/dev/null) && grep -q "/sandhub/$id\\$" "/proc/$holder/cgroup" \\
-    2>/dev/null || present=no
+  if [ -e "$dir/stopped" ]; then present=stopped
+  elif ! holder_alive; then present=no
+  elif cg_frozen; then present=paused
+  fi
 fi
 echo "$present"
 """

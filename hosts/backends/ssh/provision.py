@@ -1,7 +1,7 @@
 """Creating and removing a sandbox on an SSH host: each one shell script, one round trip.
 
     state = provision(conn, facts, spec, base_dir, instance)   # layout.py describes the tree
-    status(conn, state)                                         # "running" | "missing"
+    status(conn, state)                           # "running" | "paused" | "stopped" | "missing"
     destroy(conn, state)                                        # idempotent
 
 provision makes the directory tree, writes `.sandhub/instance` first (so even a sandbox left
@@ -264,18 +264,23 @@ def status(
     conn: SshConnection, state: dict[str, Any], *, base_dir: str = layout.DEFAULT_BASE_DIR
 ) -> str:
     """ "running" while the sandbox's directory is there (and, isolated, its namespaces:
-    their holder, still in the sandbox's cgroup), "missing" once it is gone."""
+    their holder, still in the sandbox's cgroup), "missing" once it is gone; an isolated
+    one is "paused" while its cgroup is frozen, "stopped" once stopped (suspend.py)."""
     sandbox_id, directory = _target(state, base_dir)[:2]
     variables = {"dir": directory, "id": sandbox_id}
     if state.get("isolated"):  # /proc of another user's process: root's to read (hidepid)
-        command = layout.script_command(_PRESENT + isolation.HOLDER_ALIVE, variables, sudo=True)
+        script = isolation.COMMON + _PRESENT + isolation.HOLDER_ALIVE
+        command = layout.script_command(script, variables, sudo=True)
     else:
         command = layout.script_command(_PRESENT + 'echo "$present"\n', variables)
     result = conn.run(command, timeout=STATUS_TIMEOUT)
     answer = result.stdout.decode(errors="replace").strip().splitlines()
-    if not result.ok or not answer or answer[-1] not in ("yes", "no"):
+    if not result.ok or not answer or answer[-1] not in _STATUSES:
         raise BackendError(_failure(conn, "checking a sandbox directory", result))
-    return "running" if answer[-1] == "yes" else "missing"
+    return _STATUSES[answer[-1]]
+
+
+_STATUSES = {"yes": "running", "no": "missing", "paused": "paused", "stopped": "stopped"}
 
 
 _PRESENT = 'if [ -d "$dir" ]; then present=yes; else present=no; fi\n'
