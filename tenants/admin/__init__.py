@@ -69,6 +69,8 @@ class TeamAdmin(admin.ModelAdmin):
         "max_cpus_per_sandbox",
         "max_memory_mb_per_sandbox",
         "max_disk_mb_per_sandbox",
+        "max_snapshots",
+        "max_snapshot_mb",
         "max_lifetime_minutes",
         "allow_network",
         "allow_public_previews",
@@ -89,6 +91,8 @@ class TeamAdmin(admin.ModelAdmin):
                     "max_cpus_per_sandbox",
                     "max_memory_mb_per_sandbox",
                     "max_disk_mb_per_sandbox",
+                    "max_snapshots",
+                    "max_snapshot_mb",
                     "allow_network",
                 ]
             },

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -64,7 +65,9 @@ class Containers:
         self.disks = Disks(engine)
 
     # --- lifecycle ---------------------------------------------------------------------------
-    def provision(self, spec: SandboxSpec) -> dict[str, Any]:
+    def provision(self, spec: SandboxSpec, disk_source: Path | None = None) -> dict[str, Any]:
+        """Create and start the sandbox; disk_source: the image its disk is a copy of (a
+        snapshot's), else a new empty one."""
         name = NAME_PREFIX + spec.sandbox_id
         client = self.engine.client()
         network = name if spec.network else ""
@@ -79,7 +82,8 @@ class Containers:
                     created.append(lambda: self.networks.remove(network))
                 volume_options: dict[str, Any] = {}
                 if disk_mb:
-                    options = self.disks.create(name, disk_mb, {**spec.labels, **_ids(spec)})
+                    labels = {**spec.labels, **_ids(spec)}
+                    options = self.disks.create(name, disk_mb, labels, source=disk_source)
                     created.append(lambda: self.disks.remove(name))
                     volume_options = {"driver": "local", "driver_opts": options}
                 client.volumes.create(name=name, labels=_ids(spec), **volume_options)
