@@ -85,11 +85,14 @@ class Store:
                 raise BackendError(f"snapshot {snapshot_id} already exists")
             shutil.rmtree(partial, ignore_errors=True)  # what a killed attempt left
             partial.mkdir(mode=0o700)
+        record = {"labels": labels, "host": self.host_id}
         try:
+            # Labelled from the start: what a killed attempt leaves is found as this
+            # deployment's by reconciliation.
+            _write_private(partial / META, json.dumps(record).encode())
             yield partial
             with _host_errors(f"making snapshot {snapshot_id}"):
-                record = {"labels": labels, "host": self.host_id, **_form(partial)}
-                _write_private(partial / META, json.dumps(record).encode())
+                _write_private(partial / META, json.dumps({**record, **_form(partial)}).encode())
                 partial.rename(final)
         except BaseException:
             shutil.rmtree(partial, ignore_errors=True)
@@ -148,7 +151,7 @@ class Store:
         each a regular file, or BackendError."""
         argv = ["tar", "-x", "-f", "-", "-C", str(directory), "--no-same-owner"]
         _tar_in(argv, chunks, f"importing a snapshot into {directory.name}")
-        found = sorted(os.listdir(directory))
+        found = sorted(name for name in os.listdir(directory) if name != META)
         unexpected = [n for n in found if n not in DATA_FILES or not (directory / n).is_file()]
         if unexpected or not found:
             raise BackendError(f"not a snapshot's files: {unexpected or 'nothing'}")
@@ -167,7 +170,7 @@ class Store:
                 continue
             try:
                 created = entry.stat().st_mtime
-                meta = json.loads((entry / META).read_text()) if entry.name == snapshot_id else {}
+                meta = json.loads((entry / META).read_text())
             except (OSError, ValueError):
                 meta = {}
             if meta.get("host", self.host_id) != self.host_id:
@@ -217,7 +220,7 @@ def write_stream(path: Path, chunks: Iterable[bytes]) -> None:
 
 
 def _write_private(path: Path, data: bytes) -> None:
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "wb") as handle:
         handle.write(data)
 
