@@ -139,15 +139,21 @@ in_cgroups() {
 # A rule a sandbox that had this uid before left behind (its destroy cut short).
 drop_egress_rule "$uid"
 
-# The disk: a sparse ext4 image on the workspace, its root directory the sandbox user's.
-truncate -s "${disk_mb}M" "$dir/disk.img" && chmod 0600 "$dir/disk.img" \\
-  && mkfs.ext4 -q -F -m 0 -E "root_owner=$uid:$gid" "$dir/disk.img" >/dev/null 2>&1 \\
-  || fail "cannot make a ${disk_mb} MB disk for the sandbox"
+# The disk: a sparse ext4 image on the workspace, its root directory the sandbox user's (or
+# a copy of a snapshot's: snapshot_scripts.RESTORE).
+if [ "$snapform" = image ]; then
+  copy_snapshot_disk
+else
+  truncate -s "${disk_mb}M" "$dir/disk.img" && chmod 0600 "$dir/disk.img" \\
+    && mkfs.ext4 -q -F -m 0 -E "root_owner=$uid:$gid" "$dir/disk.img" >/dev/null 2>&1 \\
+    || fail "cannot make a ${disk_mb} MB disk for the sandbox"
+fi
 mount -o loop,nodev,nosuid "$dir/disk.img" "$dir/workspace" \\
   || fail "cannot mount the sandbox's disk (no loop device?)"
 made_disk=1
 chmod 0700 "$dir/workspace"
 rm -rf -- "$dir/workspace/lost+found"
+if [ -n "$snapform" ]; then restore_workspace; fi
 
 # The holder. Its root: a tmpfs with the host's top-level directories bound read-only.
 set -- --unshare-user --unshare-ipc --unshare-pid --unshare-uts --unshare-cgroup \\
