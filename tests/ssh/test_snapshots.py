@@ -18,7 +18,11 @@ from hosts.backends.base import LABEL_INSTANCE, BackendError
 from hosts.backends.ssh import layout, snapshots
 from hosts.backends.ssh.connection import SshConnection
 from hosts.backends.ssh.hostprobe import HostFacts
+from hosts.backends.ssh.backend import target_for
 from hosts.backends.ssh.provision import destroy, provision
+from sandboxes import services
+from sandboxes.contract.errors import NotFound
+from sandboxes.models import Snapshot
 from tests.memory import MIB, peak_rss, reset_peak_rss
 from tests.ssh import helpers
 from tests.ssh.helpers import INSTANCE, sh
@@ -158,3 +162,26 @@ def test_a_snapshot_moves_between_hosts_in_bounded_memory(
         snapshots.delete(conn, copy.state, other_base)
         snapshots.delete(conn, taken.state, base)
         sh(conn, f"rm -rf {other_base}", root=True)
+
+
+# -- through the services, on an isolated host -------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_snapshot_and_fork_through_the_services(pinned, as_alice, as_bob, base: str) -> None:
+    assert pinned.isolated
+    source = services.create_sandbox(as_alice, disk_mb=64)
+    services.write_file(as_alice, source.id, "notes/a.txt", "from the source\n")
+    snap, fork = services.fork_sandbox(as_alice, source.id, name="branch")
+    assert snap.host == pinned.name and snap.host_kind == "ssh" and snap.disk_mb == 64
+    assert fork.disk_mb == 64 and fork.host == pinned.name
+    read = services.read_file(as_alice, fork.id, "notes/a.txt")
+    assert read.content == b"from the source\n"
+    with pytest.raises(NotFound, match=f"snapshot {snap.id} not found"):
+        services.create_sandbox(as_bob, snapshot=snap.id)
+    services.delete_snapshot(as_alice, snap.id)
+    with SshConnection(target_for(pinned)) as conn:
+        assert sh(conn, f"ls -A {base}/.snapshots", root=True) == ""
+    for sandbox_id in (source.id, fork.id):
+        services.delete_sandbox(as_alice, sandbox_id)
+    assert Snapshot.objects.get(public_id=snap.id).status == "deleted"
