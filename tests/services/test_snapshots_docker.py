@@ -36,7 +36,8 @@ def probe_wheel() -> bytes:
             info + "WHEEL",
             "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
         )
-        archive.writestr(info + "entry_points.txt", "[console_scripts]\nsandhub-probe = sandhub_probe:main\n")  # fmt: skip
+        scripts = "[console_scripts]\nsandhub-probe = sandhub_probe:main\n"
+        archive.writestr(info + "entry_points.txt", scripts)
         archive.writestr(info + "RECORD", "")
     return wheel.getvalue()
 

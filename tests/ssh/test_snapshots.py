@@ -16,9 +16,9 @@ import pytest
 
 from hosts.backends.base import LABEL_INSTANCE, BackendError
 from hosts.backends.ssh import layout, snapshots
+from hosts.backends.ssh.backend import target_for
 from hosts.backends.ssh.connection import SshConnection
 from hosts.backends.ssh.hostprobe import HostFacts
-from hosts.backends.ssh.backend import target_for
 from hosts.backends.ssh.provision import destroy, provision
 from sandboxes import services
 from sandboxes.contract.errors import NotFound
