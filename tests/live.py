@@ -66,6 +66,10 @@ EXPECTED_TOOLS = {
     "get_file_link",
     "list_links",
     "revoke_link",
+    "snapshot_sandbox",
+    "list_snapshots",
+    "delete_snapshot",
+    "fork_sandbox",
 }
 
 
