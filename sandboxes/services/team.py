@@ -19,7 +19,7 @@ from django.db.models import QuerySet, Sum
 
 from hosts.models import Image
 from sandboxes.contract.errors import InvalidInput, NotFound, PermissionDenied
-from sandboxes.models import CommandExecution, CommandStatus, Sandbox
+from sandboxes.models import CommandExecution, CommandStatus, Sandbox, Snapshot
 from sandboxes.policy import access, placement
 from sandboxes.policy.access import READ
 from tenants import services as tenant_services
@@ -58,6 +58,11 @@ class TeamUsage:
     images: tuple[ImageChoice, ...]
     # Whether any host the team may use reports a GPU (its probe gives a GPU load).
     gpu_hosts: bool
+    # Snapshots kept (not deleted) and the disk they take, against the team's limits.
+    snapshots: int = 0
+    max_snapshots: int = 0
+    snapshot_mb: float = 0.0
+    max_snapshot_mb: int = 0
 
     @property
     def default_image(self) -> str | None:
@@ -93,7 +98,19 @@ def team_usage(principal: Principal) -> TeamUsage:
         allow_network=team.allow_network,
         images=images,
         gpu_hosts=placement.visible_hosts(team).filter(gpu_percent__isnull=False).exists(),
+        **_snapshot_usage(team),
     )
+
+
+def _snapshot_usage(team: Team) -> dict[str, int | float]:
+    kept = Snapshot.objects.live().filter(team=team)
+    taken = kept.aggregate(total=Sum("size_bytes"))["total"] or 0
+    return {
+        "snapshots": kept.count(),
+        "max_snapshots": team.max_snapshots,
+        "snapshot_mb": round(taken / (1024 * 1024), 1),
+        "max_snapshot_mb": team.max_snapshot_mb,
+    }
 
 
 # --- my API keys -----------------------------------------------------------------------------

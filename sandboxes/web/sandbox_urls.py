@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from django.urls import path
 
-from sandboxes.web import files, jobs, links, previews, sandbox, sandbox_run
+from sandboxes.web import files, jobs, links, previews, sandbox, sandbox_run, snapshots
 
 S = "sandboxes/<str:sandbox_id>/"
 
 urlpatterns = [
     path(S, sandbox.page, name="sandbox"),
     path(S + "extend/", sandbox.extend, name="sandbox-extend"),
+    path(S + "snapshot/", snapshots.take, name="sandbox-snapshot"),
     path(S + "run/", sandbox_run.run, name="sandbox-run"),
     path(S + "commands/", sandbox.history, name="sandbox-commands"),
     path(S + "commands/<int:command_id>/", sandbox.command, name="sandbox-command"),
