@@ -37,7 +37,7 @@ class SnapshotAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     search_fields = ["public_id", "name", "team__slug", "source__public_id", "host__name"]
     date_hierarchy = "created_at"
     list_select_related = ["team", "source", "host", "image", "created_by"]
-    fields = [
+    fields = (
         "public_id",
         "name",
         "team",
@@ -56,7 +56,7 @@ class SnapshotAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "created_at",
         "deleted_at",
         "backend_state_pretty",
-    ]
+    )
     readonly_fields = fields
     # Same name as Django's bulk delete: a snapshot is deleted through the service.
     actions = ["delete_selected"]

@@ -76,6 +76,7 @@ def team_usage(principal: Principal) -> TeamUsage:
     team = _team(principal)
     current().target("team", team.slug)
     live = Sandbox.objects.filter(team=team).live()
+    kept = Snapshot.objects.live().filter(team=team)
     sums = live.aggregate(cpus=Sum("cpus"), memory=Sum("memory_mb"), disk=Sum("disk_mb"))
     images = tuple(
         ImageChoice(i.name, i.description, i.is_default)
@@ -98,19 +99,11 @@ def team_usage(principal: Principal) -> TeamUsage:
         allow_network=team.allow_network,
         images=images,
         gpu_hosts=placement.visible_hosts(team).filter(gpu_percent__isnull=False).exists(),
-        **_snapshot_usage(team),
+        snapshots=kept.count(),
+        max_snapshots=team.max_snapshots,
+        snapshot_mb=round((kept.aggregate(total=Sum("size_bytes"))["total"] or 0) / 2**20, 1),
+        max_snapshot_mb=team.max_snapshot_mb,
     )
-
-
-def _snapshot_usage(team: Team) -> dict[str, int | float]:
-    kept = Snapshot.objects.live().filter(team=team)
-    taken = kept.aggregate(total=Sum("size_bytes"))["total"] or 0
-    return {
-        "snapshots": kept.count(),
-        "max_snapshots": team.max_snapshots,
-        "snapshot_mb": round(taken / (1024 * 1024), 1),
-        "max_snapshot_mb": team.max_snapshot_mb,
-    }
 
 
 # --- my API keys -----------------------------------------------------------------------------

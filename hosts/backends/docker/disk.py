@@ -89,7 +89,12 @@ class Disks:
                 with contextlib.suppress(Exception):
                     self._remove(paths)
                 raise
-        return {"type": "none", "o": "bind", "device": str(paths.workspace)}
+        return self.bind_options(name)
+
+    def bind_options(self, name: str) -> dict[str, str]:
+        """The volume driver options that bind the disk's workspace (known before it is
+        made: the engine reads the directory only when a container starts)."""
+        return {"type": "none", "o": "bind", "device": str(_Paths(name).workspace)}
 
     def _make(
         self, paths: _Paths, size_mb: int, labels: dict[str, str], source: Path | None

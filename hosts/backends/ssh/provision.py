@@ -27,11 +27,11 @@ from typing import Any
 
 from hosts.backends.base import BackendError, SandboxGone, SandboxSpec
 from hosts.backends.gpus import gpu_environment
-from hosts.backends.ssh import isolation, layout, snapshots
+from hosts.backends.ssh import isolation, layout
 from hosts.backends.ssh.connection import RunResult, SshConnection
 from hosts.backends.ssh.errors import SshError
 from hosts.backends.ssh.hostprobe import HostFacts
-from hosts.backends.ssh.snapshot_scripts import RESTORE, RESTORE_PLAIN
+from hosts.backends.ssh.snapshot_scripts import RESTORE, RESTORE_PLAIN, restore_variables
 
 __all__ = ["destroy", "ensure_present", "provision", "status"]
 
@@ -196,7 +196,7 @@ def provision(
         "chain": isolation.CHAIN,
     }
     # From a snapshot: its files copied in before any process of the sandbox runs.
-    variables |= snapshots.restore_variables(spec.snapshot, base, spec.disk_mb)
+    variables |= restore_variables(spec.snapshot, base, spec.disk_mb)
     body = isolation.COMMON + isolation.STOP + RESTORE + _PROVISION + RESTORE_PLAIN
     if isolate:
         variables |= isolation.start_variables(

@@ -1,9 +1,53 @@
-"""The shell scripts of SSH snapshots (snapshots.py says what each does), POSIX sh run with
-`set -eu` through layout.script_command."""
+"""Where SSH snapshots live and the shell scripts that make, restore, move, list and remove
+them (snapshots.py says what each does): POSIX sh run with `set -eu` through
+layout.script_command. Below provision.py, which restores a snapshot with RESTORE and
+restore_variables; no network here.
+"""
 
-from hosts.backends.ssh import isolation
+from __future__ import annotations
 
-__all__ = ["DELETE", "IMPORT", "LIST", "RESTORE", "RESTORE_PLAIN", "TAKE"]
+import posixpath
+import re
+from typing import Any
+
+from hosts.backends.base import BackendError
+from hosts.backends.ssh import isolation, layout
+
+__all__ = [
+    "DELETE",
+    "IMPORT",
+    "LIST",
+    "RESTORE",
+    "RESTORE_PLAIN",
+    "TAKE",
+    "checked",
+    "restore_variables",
+    "snapshot_dir",
+    "snapshots_dir",
+]
+
+SNAPSHOTS_DIR = ".snapshots"
+SNAPSHOT_ID_RE = re.compile(r"^snap_[a-z0-9]{6,32}$")
+FORMS = ("image", "dir")  # an isolated sandbox's disk image, or a workspace directory
+
+
+def snapshots_dir(base_dir: str) -> str:
+    return posixpath.join(layout.check_base_dir(base_dir), SNAPSHOTS_DIR)
+
+
+def snapshot_dir(base_dir: str, snapshot_id: str) -> str:
+    if not isinstance(snapshot_id, str) or not SNAPSHOT_ID_RE.match(snapshot_id):
+        raise BackendError(f"not a snapshot id: {str(snapshot_id)[:40]!r}")
+    return posixpath.join(snapshots_dir(base_dir), snapshot_id)
+
+
+def checked(snapshot_state: dict[str, Any], base_dir: str) -> dict[str, Any]:
+    """The state, its directory being exactly where this host keeps that snapshot."""
+    directory = snapshot_dir(base_dir, snapshot_state.get("snapshot_id", ""))
+    if snapshot_state.get("dir") != directory or snapshot_state.get("form") not in FORMS:
+        raise BackendError(f"not a snapshot of this host: {snapshot_state.get('snapshot_id')}")
+    return snapshot_state
+
 
 # As root (or the login user), with $snaps, $snap, $sid, $instance set.
 _PARTIAL = """\
@@ -143,3 +187,19 @@ for d in "$snaps"/snap_*; do
   printf 'S\\t%s\\t%s\\t%s\\n' "${d##*/}" "$(stat -c %Z "$d")" "$i"
 done
 """
+
+
+def restore_variables(
+    snapshot_state: dict[str, Any] | None, base_dir: str, disk_mb: int | None
+) -> dict[str, str]:
+    """provision.py's variables for RESTORE ($snapform empty: no snapshot)."""
+    if not snapshot_state:
+        return {"snapform": "", "snapshot": ""}
+    checked(snapshot_state, base_dir)
+    if snapshot_state["form"] == "image":
+        wanted = int(snapshot_state.get("disk_mb") or 0)
+        if (disk_mb or isolation.DEFAULT_DISK_MB) != wanted:
+            raise BackendError(
+                f"a sandbox from snapshot {snapshot_state['snapshot_id']} has its {wanted} MB disk"
+            )
+    return {"snapform": snapshot_state["form"], "snapshot": snapshot_state["dir"]}

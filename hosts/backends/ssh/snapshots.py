@@ -48,37 +48,23 @@ from hosts.backends.base import (
     ManagedResource,
     SnapshotTaken,
 )
-from hosts.backends.ssh import isolation, layout
+from hosts.backends.ssh import layout
 from hosts.backends.ssh.connection import RunResult, SshConnection
-from hosts.backends.ssh.snapshot_scripts import DELETE, IMPORT, LIST, TAKE
+from hosts.backends.ssh.snapshot_scripts import (
+    DELETE,
+    IMPORT,
+    LIST,
+    SNAPSHOT_ID_RE,
+    TAKE,
+    checked,
+    snapshot_dir,
+    snapshots_dir,
+)
 from hosts.backends.ssh.tarstreams import TRANSFER_TIMEOUT, _ChannelTar, _pump
 from hosts.backends.ssh.transport import exit_status
 
-SNAPSHOTS_DIR = ".snapshots"
-SNAPSHOT_ID_RE = re.compile(r"^snap_[a-z0-9]{6,32}$")
 TAKE_TIMEOUT = 3600.0  # a disk of many GB on a slow disk
 _INSTANCE_RE = re.compile(r"^[^\x00-\x1f\x7f]{1,200}$")
-
-
-def snapshots_dir(base_dir: str) -> str:
-    return posixpath.join(layout.check_base_dir(base_dir), SNAPSHOTS_DIR)
-
-
-def snapshot_dir(base_dir: str, snapshot_id: str) -> str:
-    if not isinstance(snapshot_id, str) or not SNAPSHOT_ID_RE.match(snapshot_id):
-        raise BackendError(f"not a snapshot id: {str(snapshot_id)[:40]!r}")
-    return posixpath.join(snapshots_dir(base_dir), snapshot_id)
-
-
-def checked(snapshot_state: dict[str, Any], base_dir: str) -> dict[str, Any]:
-    """The state, its directory being exactly where this host keeps that snapshot."""
-    directory = snapshot_dir(base_dir, snapshot_state.get("snapshot_id", ""))
-    if snapshot_state.get("dir") != directory or snapshot_state.get("form") not in FORMS:
-        raise BackendError(f"not a snapshot of this host: {snapshot_state.get('snapshot_id')}")
-    return snapshot_state
-
-
-FORMS = ("image", "dir")
 
 
 def _variables(base_dir: str, snapshot_id: str) -> dict[str, str]:
@@ -116,22 +102,6 @@ def take(
     }
     result = conn.run(layout.script_command(TAKE, variables, sudo=root), timeout=TAKE_TIMEOUT)
     return _taken(conn, result, f"taking snapshot {snapshot_id}", variables["snap"], root)
-
-
-def restore_variables(
-    snapshot_state: dict[str, Any] | None, base_dir: str, disk_mb: int | None
-) -> dict[str, str]:
-    """provision.py's variables for RESTORE ($snapform empty: no snapshot)."""
-    if not snapshot_state:
-        return {"snapform": "", "snapshot": ""}
-    checked(snapshot_state, base_dir)
-    if snapshot_state["form"] == "image":
-        wanted = int(snapshot_state.get("disk_mb") or 0)
-        if (disk_mb or isolation.DEFAULT_DISK_MB) != wanted:
-            raise BackendError(
-                f"a sandbox from snapshot {snapshot_state['snapshot_id']} has its {wanted} MB disk"
-            )
-    return {"snapform": snapshot_state["form"], "snapshot": snapshot_state["dir"]}
 
 
 def delete(conn: SshConnection, snapshot_state: dict[str, Any], base_dir: str) -> None:
