@@ -68,7 +68,7 @@ def ready_snapshot(principal: Principal, snapshot_id: Any) -> Snapshot:
 def inherited(snapshot: Snapshot, asked: dict[str, Any]) -> dict[str, Any]:
     """What the new sandbox asked for, the snapshot's image and limits where it did not.
     A snapshot that holds a disk fixes the size of the new sandbox's."""
-    disk_mb = snapshot.disk_mb if snapshot.backend_state.get("disk_mb") else None
+    disk_mb = snapshot.backend_state.get("disk_mb")  # a disk image's: the new disk's too
     if asked.get("disk_mb") is not None and disk_mb and asked["disk_mb"] != disk_mb:
         raise InvalidInput(
             f"a sandbox from snapshot {snapshot.public_id} has its disk of {disk_mb} MB "

@@ -181,3 +181,13 @@ def test_a_stopped_sandbox_cannot_be_snapshotted(fake, source, as_alice):
     services.delete_sandbox(as_alice, source.id)
     with pytest.raises(NotFound):
         services.snapshot_sandbox(as_alice, source.id, "late")
+
+
+def test_a_snapshot_holding_a_disk_fixes_the_new_disk_size(fake, source, as_alice):
+    snap = services.snapshot_sandbox(as_alice, source.id, "disk")
+    row = Snapshot.objects.get(public_id=snap.id)  # as a backend that copies a disk says
+    row.backend_state, row.disk_mb = {**row.backend_state, "disk_mb": 1024}, None
+    row.save()
+    with pytest.raises(InvalidInput, match="has its disk of 1024 MB"):
+        services.create_sandbox(as_alice, snapshot=snap.id, disk_mb=2048)
+    assert services.create_sandbox(as_alice, snapshot=snap.id).disk_mb == 1024
