@@ -50,20 +50,23 @@ def snapshot_dir(settings, tmp_path: Path) -> Path:
 
 @pytest.fixture
 def prepared(real_docker, as_alice, snapshot_dir) -> Iterator[SandboxInfo]:
-    """A sandbox with a project in /workspace and a package installed in its home."""
-    info = services.create_sandbox(as_alice, memory_mb=256, disk_mb=64)
-    name = "sandhub_probe-0.1-py3-none-any.whl"
-    files = [UploadFile("proj/main.py", b"print('main')\n"), UploadFile(name, probe_wheel())]
-    services.upload_files(as_alice, info.id, files)
-    install = services.run_command(
-        as_alice, info.id, f"pip install --user --no-index -q {name} && rm {name}", timeout=120
-    )
-    assert install.exit_code == 0, install.stderr
-    yield info
-    for sandbox in Sandbox.objects.exclude(status="deleted"):
-        services.delete_sandbox(as_alice, sandbox.public_id)
-    for snapshot in Snapshot.objects.live():
-        services.delete_snapshot(as_alice, snapshot.public_id)
+    """A sandbox with a project in /workspace and a package installed in its home; what the
+    test made is removed after it, even when this set-up itself fails."""
+    try:
+        info = services.create_sandbox(as_alice, memory_mb=256, disk_mb=64)
+        name = "sandhub_probe-0.1-py3-none-any.whl"
+        files = [UploadFile("proj/main.py", b"print('main')\n"), UploadFile(name, probe_wheel())]
+        services.upload_files(as_alice, info.id, files)
+        install = services.run_command(
+            as_alice, info.id, f"pip install --user --no-index -q {name} && rm {name}", timeout=120
+        )
+        assert install.exit_code == 0, install.stderr
+        yield info
+    finally:
+        for sandbox in Sandbox.objects.exclude(status="deleted"):
+            services.delete_sandbox(as_alice, sandbox.public_id)
+        for snapshot in Snapshot.objects.live():
+            services.delete_snapshot(as_alice, snapshot.public_id)
     assert not snapshot_dir.exists() or list(snapshot_dir.iterdir()) == []
 
 

@@ -32,7 +32,11 @@ def make_world() -> dict[str, Any]:
     Host.objects.create(name="local", kind="docker", endpoint=settings.SANDHUB_DOCKER_URL)
     principal = Principal(user=user, team=team, channel=Channel.WEB)
     sandbox = services.create_sandbox(principal, name="source", memory_mb=256, disk_mb=64)
-    services.write_file(principal, sandbox.id, "notes.txt", "kept in the snapshot\n")
+    try:
+        services.write_file(principal, sandbox.id, "notes.txt", "kept in the snapshot\n")
+    except BaseException:
+        services.delete_sandbox(principal, sandbox.id)  # the fixture never yields then
+        raise
     return {"principal": principal, "sandbox": sandbox.id}
 
 
