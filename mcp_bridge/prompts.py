@@ -54,7 +54,8 @@ def register(mcp: FastMCP) -> None:
             "exit code, stdout and stderr.\n"
             "2. Inspect files with list_files and read_file; the resource "
             "sandbox://<id>/logs shows the commands run so far.\n"
-            "3. Change one thing at a time with write_file, rerun, and compare.\n"
+            "3. Change one thing at a time with write_file, rerun, and compare (before a "
+            "risky step, fork_sandbox gives a copy to try it in).\n"
             "4. Once fixed, run the tests (run_tests) and report the cause and the fix."
         )
 

@@ -26,6 +26,7 @@ from mcp_bridge import (
     tools_links,
     tools_previews,
     tools_sandboxes,
+    tools_snapshots,
 )
 from mcp_bridge.refusals import RefusalAudit
 
@@ -45,7 +46,9 @@ check_background, stop it with cancel_background. To run a web app and open it i
 deploy_app starts it and returns its URL (get_preview_url for an app already running,
 stop_app to stop it); previews work even without network. To hand a person a file, give
 them get_file_link's URL (no login needed; it expires; list_links and revoke_link manage
-them). Sandboxes have no network unless your team allows it. Errors say what to change.
+them). snapshot_sandbox keeps a sandbox's files under a name (fork_sandbox branches one);
+create_sandbox(snapshot_id=...) starts a new sandbox from a snapshot. Sandboxes have no
+network unless your team allows it. Errors say what to change.
 """
 
 
@@ -80,6 +83,7 @@ def build_server(auth: AuthProvider | None = None) -> FastMCP:
     tools_previews.register(mcp)
     tools_links.register(mcp)
     tools_lifecycle.register(mcp)
+    tools_snapshots.register(mcp)
     resources.register(mcp)
     prompts.register(mcp)
     _serve_input_schemas(mcp)

@@ -86,6 +86,14 @@ def register(mcp: FastMCP) -> None:
                 "may omit sandbox_id (no effect without a session)."
             ),
         ] = True,
+        snapshot_id: Annotated[
+            str | None,
+            Field(
+                description="Start from this snapshot's files (snapshot_sandbox, "
+                "list_snapshots), with its image and limits unless given.",
+                max_length=40,
+            ),
+        ] = None,
     ) -> Sandbox:
         """Create a sandbox (an isolated Linux container with python3, bash and git; files
         live in /workspace) on the idlest host, wait until it runs, and return it. Team
@@ -106,6 +114,7 @@ def register(mcp: FastMCP) -> None:
                 lifetime_minutes=lifetime_minutes,
                 network=network,
                 gpus=gpus,
+                snapshot=snapshot_id,
             )
             if select and selection.remember_created(
                 caller.principal, caller.key.pk, caller.session, info.id

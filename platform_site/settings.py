@@ -252,6 +252,9 @@ SANDHUB_ORPHAN_GRACE_SECONDS = env_int("SANDHUB_ORPHAN_GRACE_SECONDS", 600, mini
 SANDHUB_WARM_POOL_SIZE = env_int("SANDHUB_WARM_POOL_SIZE", 0, minimum=0)
 # Where loop-mounted /workspace filesystems (the per-sandbox disk limit) keep their images.
 SANDHUB_DISK_DIR = Path(env_str("SANDHUB_DISK_DIR", str(VAR_DIR / "disks")))
+# Where Docker hosts' snapshots keep their files (a copy of a workspace's disk image, the home
+# directory's tar): on the disks' filesystem, so a copy can share blocks where it can (reflink).
+SANDHUB_SNAPSHOT_DIR = Path(env_str("SANDHUB_SNAPSHOT_DIR", str(VAR_DIR / "snapshots")))
 # Commands, listings and background starts go through the sandbox agent (one long-lived exec
 # per sandbox) instead of one engine exec each; a host turns it off with the option agent: false.
 # Images without python3 use the per-command exec path whatever this says.

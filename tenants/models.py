@@ -77,6 +77,16 @@ class Team(models.Model):
     max_disk_mb_per_sandbox = models.PositiveIntegerField(
         default=5120, validators=[MinValueValidator(64)]
     )
+    # Snapshots (sandboxes.services.snapshots) hold a sandbox's files on a host's disk until
+    # deleted: how many the team keeps, and how much disk they take together.
+    max_snapshots = models.PositiveIntegerField(
+        default=10, help_text="Snapshots the team may keep at once."
+    )
+    max_snapshot_mb = models.PositiveIntegerField(
+        default=20480,
+        help_text="Disk all the team's snapshots may take together, in MB (what they really "
+        "take: a workspace's unwritten space costs nothing).",
+    )
     default_lifetime_minutes = models.PositiveIntegerField(default=60)
     max_lifetime_minutes = models.PositiveIntegerField(default=24 * 60)
     idle_timeout_minutes = models.PositiveIntegerField(default=30)

@@ -31,6 +31,7 @@ from hosts.backends.base import (
     SandboxGone,
     SandboxSpec,
 )
+from tests.fake_snapshots import FakeSnapshots
 
 
 class SocketPortStream(PortStream):
@@ -68,7 +69,7 @@ class SocketPortStream(PortStream):
             self.sock.close()
 
 
-class FakeBackend(SandboxBackend):
+class FakeBackend(FakeSnapshots, SandboxBackend):
     """Sandboxes are dicts of files; `echo`, `cat`, `exit N` and `sleep` are understood."""
 
     kind = "fake"
@@ -80,7 +81,13 @@ class FakeBackend(SandboxBackend):
         if self.fail_provision:
             raise BackendError(self.fail_provision)
         key = f"fake-{next(self._ids)}"
-        self.sandboxes[key] = {"spec": spec, "files": {}, "running": True, "created": time.time()}
+        files = self.snapshot_files(spec.snapshot) if spec.snapshot else {}
+        self.sandboxes[key] = {
+            "spec": spec,
+            "files": files,
+            "running": True,
+            "created": time.time(),
+        }
         return {"container_id": key}
 
     def _box(self, state: dict[str, Any]) -> dict[str, Any]:
@@ -363,7 +370,7 @@ class FakeBackend(SandboxBackend):
                 state={"container_id": key},
             )
             for key, box in self.sandboxes.items()
-        ]
+        ] + self.managed_snapshots()
 
     def provision_pool_member(self, spec: SandboxSpec) -> dict[str, Any]:
         state = self.provision(replace(spec, labels={**spec.labels, LABEL_POOL: "1"}))

@@ -69,6 +69,10 @@ EXPECTED_TOOLS = {
     "pause_sandbox",
     "resume_sandbox",
     "stop_sandbox",
+    "snapshot_sandbox",
+    "list_snapshots",
+    "delete_snapshot",
+    "fork_sandbox",
 }
 
 

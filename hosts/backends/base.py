@@ -15,6 +15,7 @@ from typing import IO, TYPE_CHECKING, Any
 from hosts.backends.types import (  # noqa: F401 - the interface's values, named here too
     LABEL_INSTANCE,
     LABEL_POOL,
+    LABEL_SNAPSHOT,
     ExecResult,
     FileEntry,
     HeadTailBuffer,
@@ -24,6 +25,7 @@ from hosts.backends.types import (  # noqa: F401 - the interface's values, named
     ManifestPage,
     ProbeResult,
     SandboxSpec,
+    SnapshotTaken,
 )
 
 if TYPE_CHECKING:
@@ -274,6 +276,37 @@ class SandboxBackend(abc.ABC):
     def fetch_host_key(self) -> HostKey:
         """The key the host presents, read without logging in (for an admin to confirm)."""
         raise Unsupported(f"a {self.kind} host has no host key to pin")
+
+    # --- snapshots (optional: the defaults mean "no snapshots on this kind of host") --------
+    # A snapshot's bytes stay on the host that took it, found again by the state these
+    # return; `provision` starts a sandbox from one when its spec names that state
+    # (SandboxSpec.snapshot). Moving one to another host of the kind is a tar stream in
+    # bounded memory: export_snapshot there, import_snapshot here.
+    def snapshot(
+        self, state: dict[str, Any], snapshot_id: str, labels: dict[str, str]
+    ) -> SnapshotTaken:
+        """Copy the sandbox's files (what a kind keeps: its docstring says) under
+        `snapshot_id`, labelled with `labels` (reconciliation finds them by their instance
+        and LABEL_SNAPSHOT), consistently: the sandbox's writers are frozen while the copy
+        is taken, and run on afterwards. On failure nothing of it is left."""
+        raise Unsupported(f"{self.kind} hosts cannot take snapshots")
+
+    def delete_snapshot(self, snapshot_state: dict[str, Any]) -> None:
+        """Remove a snapshot's bytes. Idempotent: a missing one is fine."""
+        raise Unsupported(f"{self.kind} hosts cannot take snapshots")
+
+    def export_snapshot(self, snapshot_state: dict[str, Any]) -> Iterator[bytes]:
+        """The snapshot as a tar stream, in chunks (never whole in memory), for
+        import_snapshot on another host of the kind; the caller must close() it. A failure
+        of the host's own tar is raised at the stream's end."""
+        raise Unsupported(f"{self.kind} hosts cannot move snapshots")
+
+    def import_snapshot(
+        self, snapshot_id: str, labels: dict[str, str], chunks: Iterable[bytes]
+    ) -> SnapshotTaken:
+        """Store an export_snapshot stream as the snapshot `snapshot_id` of this host, read
+        chunk by chunk (bounded memory). On failure nothing of it is left."""
+        raise Unsupported(f"{self.kind} hosts cannot move snapshots")
 
     # --- warm pool (optional: the defaults mean "no pool on this kind of host") -------------
     def provision_pool_member(self, spec: SandboxSpec) -> dict[str, Any]:

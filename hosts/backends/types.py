@@ -23,6 +23,9 @@ class SandboxSpec:
     disk_mb: int | None = None
     # The host's GPU indices the sandbox gets (CUDA_VISIBLE_DEVICES); empty: none.
     gpus: tuple[int, ...] = ()
+    # Start from a snapshot's files: its state as this backend's snapshot() or
+    # import_snapshot() returned it (a snapshot of this host); None: empty.
+    snapshot: dict[str, Any] | None = None
 
 
 @dataclass
@@ -73,13 +76,25 @@ class ManifestPage:
 # them, and report them back through list_managed().
 LABEL_INSTANCE = "org.sandhub.instance"  # which Sandhub deployment made it (reconciliation scope)
 LABEL_POOL = "org.sandhub.pool"  # "1" on warm-pool members, claimed or not
+LABEL_SNAPSHOT = "org.sandhub.snapshot"  # a snapshot's id, on what holds its bytes
+
+
+@dataclass(frozen=True)
+class SnapshotTaken:
+    """A snapshot's bytes on a host: what the backend needs to find them again (JSON, kept on
+    the Snapshot row) and what they take on its disk (blocks really used, in bytes)."""
+
+    state: dict[str, Any]
+    size_bytes: int
 
 
 @dataclass(frozen=True)
 class ManagedResource:
     """One thing Sandhub made on a host (a container, a volume), as reconciliation sees it."""
 
-    kind: str  # "container" | "volume" | "network" | "disk" (Docker); "directory" | "user" (SSH)
+    # "container" | "volume" | "network" | "disk" (Docker); "directory" | "user" (SSH);
+    # "snapshot" (both: label_id is the snapshot's id, state what delete_snapshot() takes)
+    kind: str
     label_id: str  # the sandbox or warm-pool id written on it at creation (labels never change)
     name: str
     created_at: float | None  # unix time; None when the host cannot tell

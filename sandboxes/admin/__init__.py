@@ -1,4 +1,5 @@
-"""Admin for the product: sandboxes (delete through the service), the command history, the
-warm pool, previews and links (read-only). A module a topic; importing them registers them."""
+"""Admin for the product: sandboxes and snapshots (delete through the service), the command
+history, the warm pool, previews and links (read-only). A module a topic; importing them
+registers them."""
 
-from sandboxes.admin import history, pool, previews, sandbox  # noqa: F401 - registers them
+from sandboxes.admin import history, pool, previews, sandbox, snapshots  # noqa: F401

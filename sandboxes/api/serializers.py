@@ -147,6 +147,12 @@ class SandboxCreateSerializer(StrictSerializer):
         max_value=16,
         help_text="GPUs of its own (CUDA_VISIBLE_DEVICES).",
     )
+    snapshot_id = serializers.CharField(
+        required=False,
+        max_length=40,
+        source="snapshot",
+        help_text="Start from this snapshot's files, with its image and limits unless given.",
+    )
 
 
 class RunCommandSerializer(StrictSerializer):

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from sandboxes.api import files, lifecycle, links, previews, sync, views
+from sandboxes.api import files, lifecycle, links, previews, snapshots, sync, views
 
 app_name = "api"
 urlpatterns = [
@@ -66,4 +66,6 @@ urlpatterns = [
     path("commands/<int:command_id>/", views.CommandDetailView.as_view(), name="command"),
     path("run-once/", views.RunOnceView.as_view(), name="run-once"),
     path("hosts/", views.HostListView.as_view(), name="hosts"),
+    path("snapshots/", snapshots.SnapshotListView.as_view(), name="snapshots"),
+    path("snapshots/<str:snapshot_id>/", snapshots.SnapshotDetailView.as_view(), name="snapshot"),
 ]

@@ -29,6 +29,8 @@ from sandboxes.models import (
     CHANGING_STATUSES,
     Sandbox,
     SandboxStatus,
+    Snapshot,
+    SnapshotStatus,
     WarmContainer,
     WarmContainerStatus,
 )
@@ -56,7 +58,7 @@ def reconcile(hosts: list[Host] | None = None, *, grace: float | None = None) ->
     - a host that does not answer is marked unhealthy (placement skips it); one that answers
       again is marked healthy;
     - a container or volume of this deployment that no sandbox or pool member owns, older
-      than the grace period, is removed;
+      than the grace period, is removed; so are snapshot files no snapshot row names;
     - a running, paused or stopped sandbox whose container is gone is marked lost (a
       paused or stopped container is listed like any other: not lost);
     - a pause, resume or stop claimed long ago by a process that died mid-way is settled to
@@ -101,10 +103,13 @@ def _reconcile_host(host: Host, grace: float, report: ReconcileReport) -> None:
         record_probe(host, ProbeResult(healthy=False, error=str(exc)))
         report.down.append(host.name)
         return
+    snapshots = [r for r in resources if r.kind == "snapshot"]
+    resources = [r for r in resources if r.kind != "snapshot"]
     # Read ownership after listing: anything created before the listing is in the database
     # by now (rows are committed before their containers are made).
     owned = _owned_label_ids()
     _remove_orphans(host, resources, owned, listed_at_time - grace, report)
+    _remove_orphan_snapshots(host, snapshots, listed_at_time - grace, report)
     # What a sandbox lives in: a container (Docker), a directory (SSH hosts).
     present = {r.label_id for r in resources if r.kind in _HOMES}
     _mark_lost(host, present, listed_at, report)
@@ -155,6 +160,35 @@ def _remove_orphans(
             target_type="container",
             target_id=label_id[:64],
             details={"host": host.name, "removed": [f"{r.kind} {r.name}" for r in group]},
+        )
+
+
+def _remove_orphan_snapshots(
+    host: Host, found: list[ManagedResource], born_before: float, report: ReconcileReport
+) -> None:
+    """Snapshot files of this deployment that no snapshot row (not deleted) names: one whose
+    taking was cut short, or the copy a sandbox on another host was started from. Young ones
+    are left alone, as containers are (a snapshot is written before its row is ready)."""
+    if not found:
+        return
+    kept = set(
+        Snapshot.objects.exclude(status=SnapshotStatus.DELETED).values_list("public_id", flat=True)
+    )
+    mine = instance_name()
+    backend = get_backend(host)
+    for resource in found:
+        if resource.label_id in kept or (resource.instance or DEFAULT_INSTANCE) != mine:
+            continue
+        if resource.created_at is None or resource.created_at > born_before:
+            continue
+        backend.delete_snapshot(resource.state)
+        report.removed.append(resource.label_id)
+        audit.record(
+            system_for(None),
+            "reconcile.orphan_removed",
+            target_type="snapshot",
+            target_id=resource.label_id[:64],
+            details={"host": host.name, "removed": [f"snapshot {resource.name}"]},
         )
 
 

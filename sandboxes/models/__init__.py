@@ -1,9 +1,10 @@
-"""The product: sandboxes, the history of every command run in them, their previews, and the
-links (file links, preview tokens) that open a part of one without a session. One module a
-topic; everything is named here, where Django and the rest of the code find it."""
+"""The product: sandboxes, the history of every command run in them, their previews, the
+links (file links, preview tokens) that open a part of one without a session, and snapshots
+(a sandbox's files kept under a name, to start new sandboxes from). One module a topic;
+everything is named here, where Django and the rest of the code find it."""
 
 from sandboxes.models.commands import FINISHED_COMMAND_STATUSES, CommandExecution, CommandStatus
-from sandboxes.models.ids import new_link_id, new_pool_id, new_sandbox_id
+from sandboxes.models.ids import new_link_id, new_pool_id, new_sandbox_id, new_snapshot_id
 from sandboxes.models.pool import WarmContainer, WarmContainerStatus
 from sandboxes.models.previews import (
     AccessLink,
@@ -27,12 +28,19 @@ from sandboxes.models.sandbox import (
     SandboxQuerySet,
     SandboxStatus,
 )
+from sandboxes.models.snapshots import (
+    LIVE_SNAPSHOT_STATUSES,
+    Snapshot,
+    SnapshotQuerySet,
+    SnapshotStatus,
+)
 
 __all__ = [
     "ALLOWED_TRANSITIONS",
     "CHANGING_STATUSES",
     "FINISHED_COMMAND_STATUSES",
     "KEPT_STATUSES",
+    "LIVE_SNAPSHOT_STATUSES",
     "LIVE_STATUSES",
     "PAUSED_STATUSES",
     "RESUMABLE_STATUSES",
@@ -50,9 +58,13 @@ __all__ = [
     "Sandbox",
     "SandboxQuerySet",
     "SandboxStatus",
+    "Snapshot",
+    "SnapshotQuerySet",
+    "SnapshotStatus",
     "WarmContainer",
     "WarmContainerStatus",
     "new_link_id",
     "new_pool_id",
     "new_sandbox_id",
+    "new_snapshot_id",
 ]

@@ -18,3 +18,7 @@ def new_pool_id() -> str:
 
 def new_link_id() -> str:
     return "lnk_" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(12))
+
+
+def new_snapshot_id() -> str:
+    return "snap_" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(12))

@@ -31,9 +31,11 @@ def usable_by(team: Team) -> Q:
     return (Q(team__isnull=True) | Q(team=team)) & (~Q(kind=Host.Kind.SSH) | ssh_ok)
 
 
-def candidate_hosts(team: Team):
+def candidate_hosts(team: Team, kind: str | None = None):
+    """Hosts with room for a new sandbox of the team, idlest first (of `kind` when given)."""
+    hosts = Host.objects.filter(kind=kind) if kind else Host.objects.all()
     return (
-        Host.objects.filter(enabled=True, draining=False, healthy=True)
+        hosts.filter(enabled=True, draining=False, healthy=True)
         .filter(usable_by(team))
         .filter(kind__in=list(settings.SANDHUB_BACKENDS))
         .annotate(live=Count("sandboxes", filter=Q(sandboxes__status__in=ON_HOST_STATUSES)))
@@ -48,20 +50,27 @@ class Placement:
     gpus: tuple[int, ...] = ()  # the host's GPU indices given to the sandbox
 
 
-def choose_host(team: Team, gpus: int = 0) -> Placement:
+def choose_host(
+    team: Team, gpus: int = 0, *, kind: str | None = None, prefer: int | None = None
+) -> Placement:
     """The idlest host with room; with `gpus`, the one whose freest GPUs are freest (fewest
     sandboxes already on them, then least busy), and those GPUs. Call it inside the
-    transaction that creates the sandbox: the GPUs are taken from what live sandboxes hold."""
+    transaction that creates the sandbox: the GPUs are taken from what live sandboxes hold.
+
+    kind: only hosts of that kind (a sandbox from a snapshot); prefer: that host (the one
+    holding the snapshot: nothing to move) while it has room."""
     if not gpus:
-        host = candidate_hosts(team).first()
+        hosts = candidate_hosts(team, kind)
+        host = (hosts.filter(pk=prefer).first() if prefer else None) or hosts.first()
         if host is None:
+            where = f"{kind} host (the snapshot's kind)" if kind else "host"
             raise NoCapacity(
-                "no host has room for a new sandbox right now; delete an unused sandbox or "
-                "ask an admin to add capacity"
+                f"no {where} has room for a new sandbox right now; delete an unused sandbox "
+                "or ask an admin to add capacity"
             )
         return Placement(host)
     best: tuple[tuple[int, float, float], Placement] | None = None
-    for host in candidate_hosts(team).filter(gpu_count__gte=gpus):
+    for host in candidate_hosts(team, kind).filter(gpu_count__gte=gpus):
         devices = [GpuUse.from_dict(g) for g in host.gpus]
         assigned = gpu_assignments(host)
         try:

@@ -13,6 +13,7 @@ from sandboxes.contract.errors import InvalidInput
 
 WORKSPACE = "/workspace"
 SANDBOX_ID_RE = re.compile(r"^sb_[a-z0-9]{6,29}$")
+SNAPSHOT_ID_RE = re.compile(r"^snap_[a-z0-9]{6,27}$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # A pip requirement: name, extras, version specifiers, markers. Never an option ("-...").
 PACKAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-\[\],<>=!~*+ ;:'\"()@/]*$")

@@ -10,7 +10,8 @@ Split by topic: sandboxes, lifecycle (pause, resume, stop; waking resumes on the
 call), lifetime, commands, background (+ jobs), files, archives, links
 (file links; access_links: the rows of file links and preview tokens, listed and revoked),
 sync (+ its tar streams), previews (+ the proxy's access and addresses), hosts (+ housekeeping
-runs), team, selection and workflows (run_tests, run_once);
+runs), team, selection, workflows (run_tests, run_once) and snapshots (+ starting a sandbox
+from one: snapshot_restore);
 common.py holds what they all do the same way. Interfaces import this package and nothing
 below it (import-linter checks it).
 """
@@ -102,6 +103,13 @@ from sandboxes.services.sandboxes import (
     rename_sandbox,
 )
 from sandboxes.services.selection import get_active_sandbox, select_sandbox
+from sandboxes.services.snapshots import (
+    delete_snapshot,
+    fork_sandbox,
+    get_snapshot,
+    list_snapshots,
+    snapshot_sandbox,
+)
 from sandboxes.services.sync import (
     MANIFEST_MAX,
     MAX_PATHS,
@@ -198,4 +206,9 @@ __all__ = [
     "sync_delete",
     "sync_upload",
     "tree_manifest",
+    "delete_snapshot",
+    "fork_sandbox",
+    "get_snapshot",
+    "list_snapshots",
+    "snapshot_sandbox",
 ]

@@ -20,7 +20,7 @@ from sandboxes.contract.errors import (
 )
 from sandboxes.contract.results import SandboxInfo
 from sandboxes.housekeeping import pool
-from sandboxes.models import CHANGING_STATUSES, Preview, Sandbox, SandboxStatus
+from sandboxes.models import CHANGING_STATUSES, Preview, Sandbox, SandboxStatus, Snapshot
 from sandboxes.policy import access, placement, validation
 from sandboxes.policy.access import READ, WRITE
 from sandboxes.policy.limits import (
@@ -29,6 +29,7 @@ from sandboxes.policy.limits import (
     DEFAULT_PIDS_LIMIT,
     MIN_MEMORY_MB,
 )
+from sandboxes.services import snapshot_restore
 from sandboxes.services.common import backend_of
 from tenants.auditing import AUDIT_VIEW, audited, change, current
 from tenants.models import Team
@@ -55,15 +56,25 @@ def create_sandbox(
     network: bool | None = None,
     disk_mb: int | None = None,
     gpus: int | None = None,
+    snapshot: str | None = None,
 ) -> SandboxInfo:
     """Create a sandbox on the idlest host with room and wait until it is running.
 
     disk_mb: size of /workspace, at most the team's quota; the quota when not given.
     gpus: GPUs of its own, on the host whose freest GPUs are freest; every command sees
     them (and only them) as CUDA_VISIBLE_DEVICES.
+    snapshot: a snapshot's id: the sandbox starts with its files, on a host of its kind,
+    with its image and limits where these are not given (snapshot_restore.py).
     """
     access.require(principal, WRITE, "create sandboxes")
     team = _team(principal)
+    # --- from a snapshot: its image and limits unless given (another team's: not found).
+    source = None if snapshot is None else snapshot_restore.ready_snapshot(principal, snapshot)
+    if source is not None:
+        asked = {"image": image, "cpus": cpus, "memory_mb": memory_mb, "network": network}
+        inherited = snapshot_restore.inherited(source, {**asked, "disk_mb": disk_mb})
+        image, cpus, memory_mb = inherited["image"], inherited["cpus"], inherited["memory_mb"]
+        network, disk_mb = inherited["network"], inherited["disk_mb"]
     chosen_image = _image_for(team, image)
     limits = {**_limits(team, cpus, memory_mb, network), "disk_mb": _disk_mb(team, disk_mb)}
     lifetime = _lifetime(team, lifetime_minutes)
@@ -75,7 +86,12 @@ def create_sandbox(
         # Lock the team row so concurrent creations cannot both pass the quota check.
         team = Team.objects.select_for_update().get(pk=team.pk)
         _check_running_quota(team)
-        chosen = placement.choose_host(team, gpu_count)
+        chosen = placement.choose_host(
+            team,
+            gpu_count,
+            kind=source.host_kind if source else None,
+            prefer=source.host_id if source else None,
+        )
         host = chosen.host
         if host.gpu_count:  # a sandbox sees its own GPUs, and none of the host's others
             spec_env = {**spec_env, **gpu_environment(chosen.gpus)}
@@ -94,7 +110,7 @@ def create_sandbox(
     current().details.update({"image": chosen_image.name, "host": host.name, **limits})
     if chosen.gpus:
         current().details["gpus"] = list(chosen.gpus)
-    _provision(sandbox)
+    _provision(sandbox, source)
     return SandboxInfo.from_model(sandbox)
 
 
@@ -188,8 +204,9 @@ def _check_running_quota(team: Team) -> None:
         )
 
 
-def _provision(sandbox: Sandbox) -> None:
-    """Start the sandbox on its host; on failure leave nothing behind and say why."""
+def _provision(sandbox: Sandbox, snapshot: Snapshot | None = None) -> None:
+    """Start the sandbox on its host (from the snapshot's files when given); on failure
+    leave nothing behind and say why."""
     sandbox.transition(SandboxStatus.STARTING)
     sandbox.save(update_fields=["status", "status_message"])
     spec = SandboxSpec(
@@ -205,8 +222,12 @@ def _provision(sandbox: Sandbox) -> None:
         gpus=tuple(sandbox.gpus),
     )
     try:
-        # A warm-pool member when one fits (sandboxes/housekeeping/pool.py), else a fresh container.
-        sandbox.backend_state = pool.provision_sandbox(sandbox, spec)
+        if snapshot is not None:
+            sandbox.backend_state = snapshot_restore.provision(sandbox, spec, snapshot)
+        else:
+            # A warm-pool member when one fits (sandboxes/housekeeping/pool.py), else a fresh
+            # container.
+            sandbox.backend_state = pool.provision_sandbox(sandbox, spec)
     except BackendError as exc:
         # The backend removed what it had made; the row stays only as history.
         sandbox.transition(SandboxStatus.ERROR, f"provisioning failed: {exc}")

@@ -19,7 +19,7 @@ from django.db.models import QuerySet, Sum
 
 from hosts.models import Image
 from sandboxes.contract.errors import InvalidInput, NotFound, PermissionDenied
-from sandboxes.models import CommandExecution, CommandStatus, Sandbox
+from sandboxes.models import CommandExecution, CommandStatus, Sandbox, Snapshot
 from sandboxes.policy import access, placement
 from sandboxes.policy.access import READ
 from tenants import services as tenant_services
@@ -66,6 +66,11 @@ class TeamUsage:
     idle_action: str = "delete"
     stop_paused_after_hours: int = 0
     delete_stopped_after_days: int = 0
+    # Snapshots kept (not deleted) and the disk they take, against the team's limits.
+    snapshots: int = 0
+    max_snapshots: int = 0
+    snapshot_mb: float = 0.0
+    max_snapshot_mb: int = 0
 
     @property
     def default_image(self) -> str | None:
@@ -79,6 +84,7 @@ def team_usage(principal: Principal) -> TeamUsage:
     team = _team(principal)
     current().target("team", team.slug)
     live = Sandbox.objects.filter(team=team).live()
+    kept = Snapshot.objects.live().filter(team=team)
     sums = live.aggregate(cpus=Sum("cpus"), memory=Sum("memory_mb"), disk=Sum("disk_mb"))
     images = tuple(
         ImageChoice(i.name, i.description, i.is_default)
@@ -108,6 +114,10 @@ def team_usage(principal: Principal) -> TeamUsage:
         idle_action=team.idle_action,
         stop_paused_after_hours=team.stop_paused_after_hours,
         delete_stopped_after_days=team.delete_stopped_after_days,
+        snapshots=kept.count(),
+        max_snapshots=team.max_snapshots,
+        snapshot_mb=round((kept.aggregate(total=Sum("size_bytes"))["total"] or 0) / 2**20, 1),
+        max_snapshot_mb=team.max_snapshot_mb,
     )
 
 

@@ -13,6 +13,7 @@ from sandboxes.services.team import TeamUsage, team_usage
 from sandboxes.web.common import attach_error, refused
 from sandboxes.web.forms import CreateSandboxForm
 from sandboxes.web.principal import principal_for, team_required
+from sandboxes.web.snapshots import snapshots_context
 
 # A create refusal naming one of these words is shown next to that field.
 CREATE_FIELDS = {
@@ -96,6 +97,7 @@ def _page(
         "usage": usage,
         "form": form,
         "quotas": _quotas(usage),
+        **snapshots_context(request),
     }
     return render(request, "web/home.html", context, status=status)
 
@@ -135,6 +137,18 @@ def _quotas(usage: TeamUsage) -> list[dict[str, object]]:
             usage.disk_mb_in_use,
             most * usage.max_disk_mb_per_sandbox,
             f"{usage.disk_mb_in_use} MB (at most {usage.max_disk_mb_per_sandbox} MB each)",
+        ),
+        (
+            "Snapshots",
+            usage.snapshots,
+            usage.max_snapshots,
+            f"{usage.snapshots} of {usage.max_snapshots}",
+        ),
+        (
+            "Snapshot storage",
+            usage.snapshot_mb,
+            usage.max_snapshot_mb,
+            f"{usage.snapshot_mb:g} MB of {usage.max_snapshot_mb} MB",
         ),
     ]
     return [

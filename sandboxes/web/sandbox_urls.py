@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from django.urls import path
 
-from sandboxes.web import files, jobs, lifecycle, links, previews, sandbox, sandbox_run
+from sandboxes.web import (
+    files,
+    jobs,
+    lifecycle,
+    links,
+    previews,
+    sandbox,
+    sandbox_run,
+    snapshots,
+)
 
 S = "sandboxes/<str:sandbox_id>/"
 
@@ -18,6 +27,7 @@ urlpatterns = [
     path(S + "pause/", lifecycle.pause, name="sandbox-pause"),
     path(S + "resume/", lifecycle.resume, name="sandbox-resume"),
     path(S + "stop/", lifecycle.stop, name="sandbox-stop"),
+    path(S + "snapshot/", snapshots.take, name="sandbox-snapshot"),
     path(S + "run/", sandbox_run.run, name="sandbox-run"),
     path(S + "commands/", sandbox.history, name="sandbox-commands"),
     path(S + "commands/<int:command_id>/", sandbox.command, name="sandbox-command"),

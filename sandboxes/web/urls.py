@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, include, path
 
-from sandboxes.web import account, home, hosts, keys, team
+from sandboxes.web import account, home, hosts, keys, snapshots, team
 
 app_name = "web"
 
@@ -17,6 +17,8 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("", home.home, name="home"),
     path("sandboxes/create/", home.create, name="sandbox-create"),
     path("sandboxes/<str:sandbox_id>/delete/", home.delete, name="sandbox-delete"),
+    path("snapshots/<str:snapshot_id>/new/", snapshots.create_from, name="snapshot-create-from"),
+    path("snapshots/<str:snapshot_id>/delete/", snapshots.delete, name="snapshot-delete"),
     path("hosts/", hosts.hosts, name="hosts"),
     path("keys/", keys.keys, name="keys"),
     path("keys/<int:key_id>/revoke/", keys.revoke, name="key-revoke"),

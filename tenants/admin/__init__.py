@@ -69,6 +69,8 @@ class TeamAdmin(admin.ModelAdmin):
         "max_cpus_per_sandbox",
         "max_memory_mb_per_sandbox",
         "max_disk_mb_per_sandbox",
+        "max_snapshots",
+        "max_snapshot_mb",
         "max_lifetime_minutes",
         "idle_action",
         "allow_network",
@@ -93,6 +95,8 @@ class TeamAdmin(admin.ModelAdmin):
                     "max_cpus_per_sandbox",
                     "max_memory_mb_per_sandbox",
                     "max_disk_mb_per_sandbox",
+                    "max_snapshots",
+                    "max_snapshot_mb",
                     "allow_network",
                 ]
             },

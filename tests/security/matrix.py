@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import os
+import secrets
 import stat
 import tarfile
 from collections.abc import Callable
@@ -27,7 +28,7 @@ from fastmcp import Client
 from fastmcp.client.transports import StreamableHttpTransport
 
 from sandboxes import services
-from sandboxes.models import AccessLink, CommandExecution, Sandbox
+from sandboxes.models import AccessLink, CommandExecution, Sandbox, Snapshot
 from tenants import apikeys
 from tenants.models import ApiKey, McpSession, Membership, Role, Team
 from tenants.principal import Principal
@@ -45,7 +46,14 @@ ACTORS = {
 # Placeholders in the cases, replaced by real ids, or by made-up ones for the comparison.
 B_SB, B_CMD, B_JOB, A_SB, A_JOB = "<B_SB>", "<B_CMD>", "<B_JOB>", "<A_SB>", "<A_JOB>"
 B_LINK = "<B_LINK>"  # a file link of team B's sandbox (its id: lnk_...)
-GHOST = {B_SB: "sb_0000ghost000", B_CMD: 2**62 + 1, B_JOB: 2**62 + 2, B_LINK: "lnk_0000ghost000"}
+B_SNAP = "<B_SNAP>"  # a snapshot of team B's sandbox (its id: snap_...)
+GHOST = {
+    B_SB: "sb_0000ghost000",
+    B_CMD: 2**62 + 1,
+    B_JOB: 2**62 + 2,
+    B_LINK: "lnk_0000ghost000",
+    B_SNAP: "snap_0000ghost000",
+}
 ENGINES = ("team B", "team A")
 BACKENDS = {"fake": "tests.fakes.FakeBackend", "docker": "hosts.backends.docker.DockerBackend"}
 # Columns that change when a key is merely used: every request touches its own key (and a
@@ -58,6 +66,7 @@ TABLES: tuple[type[Any], ...] = (
     Membership,
     AccessLink,
     McpSession,
+    Snapshot,
 )
 # The MCP session every matrix client presents, so the selection is on the record too.
 SESSION = "security-matrix-session"
@@ -101,7 +110,7 @@ def engines_named(template: Any, *, own: bool = False) -> tuple[str, ...]:
     text = json.dumps(template)
     named = (
         {"team A" if own else "team B"}
-        if any(p in text for p in (B_SB, B_CMD, B_JOB, B_LINK))
+        if any(p in text for p in (B_SB, B_CMD, B_JOB, B_LINK, B_SNAP))
         else set()
     )
     if A_SB in text or A_JOB in text:
@@ -210,12 +219,18 @@ class Scene:
             B_CMD: self.foreign["command"],
             B_JOB: self.foreign["job"],
             B_LINK: self.foreign["link"],
+            B_SNAP: self.foreign["snapshot"],
             A_SB: self.own["sandbox"],
             A_JOB: self.own["job"],
         }
         if own:
             ids.update(
-                {B_SB: self.own["sandbox"], B_JOB: self.own["job"], B_LINK: self.own["link"]}
+                {
+                    B_SB: self.own["sandbox"],
+                    B_JOB: self.own["job"],
+                    B_LINK: self.own["link"],
+                    B_SNAP: self.own["snapshot"],
+                }
             )
         return {**ids, **GHOST} if ghost else ids
 
@@ -240,10 +255,15 @@ class Scene:
         return text
 
     def shows_team_b(self, text: str) -> bool:
-        return self.foreign["sandbox"] in text or "team B's secret" in text
+        return any(self.foreign[k] in text for k in ("sandbox", "snapshot")) or (
+            "team B's secret" in text
+        )
 
     def team_a_ids(self) -> set[str]:
         return set(Sandbox.objects.filter(team=self.team_a).values_list("public_id", flat=True))
+
+    def team_a_snapshots(self) -> set[str]:
+        return set(Snapshot.objects.filter(team=self.team_a).values_list("public_id", flat=True))
 
     def team_a_live(self) -> int:
         return Sandbox.objects.live().filter(team=self.team_a).count()
@@ -312,25 +332,31 @@ def make_user(username: str, team: Team, role: str) -> Any:
 
 
 def populate(principal: Principal, secret: str) -> dict[str, Any]:
-    """A sandbox with a file (and a link to it), a finished command and a silent background
-    command."""
+    """A sandbox with a file (and a link to it), a finished command, a silent background
+    command and a snapshot."""
     sandbox = services.create_sandbox(principal, name=f"{principal.team} sandbox", memory_mb=256)
     services.write_file(principal, sandbox.id, "secret.txt", secret)
     link = services.create_file_link(principal, sandbox.id, "secret.txt")
     command = services.run_command(principal, sandbox.id, "echo done")
     job = services.start_background(principal, sandbox.id, "sleep 900")
     container = Sandbox.objects.get(public_id=sandbox.id).backend_state["container_id"]
+    name = f"{principal.team} snapshot {secrets.token_hex(3)}"  # a healed scene takes another
+    snapshot = services.snapshot_sandbox(principal, sandbox.id, name)
     return {
         "sandbox": sandbox.id,
         "command": command.id,
         "job": job.id,
         "link": link.link_id,
         "container": container,
+        "snapshot": snapshot.id,
     }
 
 
 def delete_all(*owners: Principal) -> None:
     for principal in owners:
+        for snapshot in Snapshot.objects.live().filter(team=principal.team):
+            with contextlib.suppress(Exception):
+                services.delete_snapshot(principal, snapshot.public_id)
         for sandbox in Sandbox.objects.filter(team=principal.team).exclude(status="deleted"):
             with contextlib.suppress(Exception):
                 services.delete_sandbox(principal, sandbox.public_id)

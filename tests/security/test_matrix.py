@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx2 as httpx
@@ -28,7 +28,7 @@ from django.urls import URLPattern, get_resolver, reverse
 from fastmcp import Client
 
 from tests.live import run
-from tests.security import matrix
+from tests.security import matrix, matrix_snapshots
 from tests.security.matrix import A_SB, ACTORS, B_CMD, B_JOB, B_LINK, B_SB, engines_named
 
 pytestmark = pytest.mark.filterwarnings("ignore:The logging capability is deprecated")
@@ -122,6 +122,7 @@ REST_CASES: dict[tuple[str, str], RestCase] = {
     ("sync-download", "POST"): RestCase(SANDBOX_B, json=SECRET_PATHS),
     **{(name, "POST"): RestCase(SANDBOX_B) for name in ("pause", "resume", "stop")},
 }
+REST_CASES.update(matrix_snapshots.rest_cases(RestCase))  # snapshots' routes
 ROUTES = rest_routes()
 FAKE, DOCKER = ["fake"], [pytest.param("docker", marks=pytest.mark.docker)]
 BACKENDS = FAKE + DOCKER
@@ -191,8 +192,10 @@ def check_route(request, scene, http, route: tuple[str, str], actor: str) -> Non
         return
     assert case.variants, f"{route} takes ids but its case names none"
     for variant in case.variants:
-        answer = rest_call(http, key, method, name, case, scene.fill(variant))
-        ghost = rest_call(http, key, method, name, case, scene.fill(variant, ghost=True))
+        real = replace(case, json=scene.fill(case.json))
+        made_up = replace(case, json=scene.fill(case.json, ghost=True))
+        answer = rest_call(http, key, method, name, real, scene.fill(variant))
+        ghost = rest_call(http, key, method, name, made_up, scene.fill(variant, ghost=True))
         own_sandbox = variant.get("sandbox_id") == A_SB
         refused = own_sandbox and actor in REFUSED_WRITERS and method in ("POST", "DELETE")
         assert answer.status_code == (403 if refused else 404), (variant, answer.text)
@@ -296,6 +299,7 @@ TOOL_CASES: dict[str, ToolCase] = {
     "revoke_link": ToolCase(LINK_B, write=True),
     **dict.fromkeys(("pause_sandbox", "resume_sandbox", "stop_sandbox"), ToolCase(on_b(), True)),
 }
+TOOL_CASES.update(matrix_snapshots.tool_cases(ToolCase, text_of))  # snapshots' tools
 
 
 async def tool_case(client, orm, scene, actor: str, name: str, case: ToolCase) -> list[str]:

@@ -35,7 +35,7 @@ from django.test import override_settings
 from hypothesis import strategies as st
 
 from sandboxes import services
-from sandboxes.models import Sandbox
+from sandboxes.models import Sandbox, Snapshot
 from tests.engine import engine_cleaning_up
 
 pytestmark = pytest.mark.docker
@@ -127,17 +127,22 @@ def target(world) -> Iterator[dict[str, Any]]:
         services.run_command(member, sandbox_id, "mkdir -p d && echo hello > d/hello.txt")
         job = services.start_background(member, sandbox_id, "sleep 600")
         link = services.create_file_link(member, sandbox_id, "d/hello.txt")
+        snapshot = services.snapshot_sandbox(member, sandbox_id, "fuzzed")
         try:
             yield {
                 "sandbox_id": sandbox_id,
                 "command_id": job.id,
                 "link_id": link.link_id,
+                "snapshot_id": snapshot.id,
                 "key": world.keys["dave"],
             }
         finally:
             for sandbox in Sandbox.objects.filter(team=world.team_a).exclude(status="deleted"):
                 with contextlib.suppress(Exception):
                     services.delete_sandbox(member, sandbox.public_id)
+            for snap in Snapshot.objects.live().filter(team=world.team_a):
+                with contextlib.suppress(Exception):
+                    services.delete_snapshot(member, snap.public_id)
 
 
 def fuzz_config(
@@ -220,8 +225,9 @@ def api_schema(request, asgi_server, target, server_errors):
         # Not even as an "unexpected" method on a path that has none: it would be the real one.
         unexpected_methods=[method for method in METHODS if method != "DELETE"],
         turned_off=(
-            {"include-path-regex": r"^(?!.*\{sandbox_id\})"},  # as-served covers those
+            {"include-path-regex": r"^(?!.*\{(sandbox|snapshot)_id\})"},  # as-served's
             {"include-method": "DELETE", "include-path": "/api/v1/sandboxes/{sandbox_id}/"},
+            {"include-method": "DELETE", "include-path": "/api/v1/snapshots/{snapshot_id}/"},
             # A valid deploy waits up to wait_seconds (minutes) for a port: an app that exits
             # 0 (a comment, `true`) is waited for as a daemon, past the request timeout. Its
             # refusals are fuzzed as served; its behaviour is tests/test_previews_*.py's.
@@ -230,7 +236,8 @@ def api_schema(request, asgi_server, target, server_errors):
         # Each valid request runs pytest in the container (~0.7 s).
         few=("/api/v1/sandboxes/{sandbox_id}/run-tests/",),
         parameters={
-            f"path.{name}": target[name] for name in ("sandbox_id", "command_id", "link_id")
+            f"path.{name}": target[name]
+            for name in ("sandbox_id", "command_id", "link_id", "snapshot_id")
         },
         **{"base-url": asgi_server},
     )

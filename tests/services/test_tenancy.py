@@ -286,6 +286,8 @@ def test_admin_membership_edits_go_through_the_services(
         "max_cpus_per_sandbox": "2.0",
         "max_memory_mb_per_sandbox": "2048",
         "max_disk_mb_per_sandbox": "5120",
+        "max_snapshots": "10",
+        "max_snapshot_mb": "20480",
         "default_lifetime_minutes": "60",
         "max_lifetime_minutes": "1440",
         "idle_timeout_minutes": "30",

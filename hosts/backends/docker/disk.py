@@ -43,6 +43,7 @@ from hosts.backends.base import LABEL_INSTANCE, LABEL_POOL, BackendError, Manage
 from hosts.backends.docker import local
 from hosts.backends.docker.engine import Engine
 from hosts.backends.docker.names import LABEL_SANDBOX, SANDBOX_GID, SANDBOX_UID
+from hosts.backends.docker.snapshot_store import copy_sparse
 
 logger = logging.getLogger(__name__)
 
@@ -68,8 +69,11 @@ class Disks:
         return local.is_local(host) and bool(host.options.get("disk_limit", True))
 
     # --- lifecycle ---------------------------------------------------------------------------
-    def create(self, name: str, size_mb: int, labels: dict[str, str]) -> dict[str, str]:
-        """Make and mount the filesystem; the volume driver options that bind it.
+    def create(
+        self, name: str, size_mb: int, labels: dict[str, str], source: Path | None = None
+    ) -> dict[str, str]:
+        """Make and mount the filesystem (a copy of the image `source`, a snapshot's, when
+        given); the volume driver options that bind it.
 
         On failure nothing of it is left.
         """
@@ -80,30 +84,40 @@ class Disks:
             if paths.image.exists():
                 raise BackendError(f"disk {paths.image} already exists")
             try:
-                self._make(paths, size_mb, labels)
+                self._make(paths, size_mb, labels, source)
             except BaseException:
                 with contextlib.suppress(Exception):
                     self._remove(paths)
                 raise
-        return {"type": "none", "o": "bind", "device": str(paths.workspace)}
+        return self.bind_options(name)
 
-    def _make(self, paths: _Paths, size_mb: int, labels: dict[str, str]) -> None:
-        descriptor = os.open(paths.image, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.ftruncate(descriptor, size_mb * 1024 * 1024)  # sparse: no block written yet
-        finally:
-            os.close(descriptor)
-        local.run(
-            ["mkfs.ext4", "-q", "-F", "-m", "0", "-E", _MKFS_EXTENDED, str(paths.image)],
-            f"making the filesystem of {paths.image.name}",
-        )
+    def bind_options(self, name: str) -> dict[str, str]:
+        """The volume driver options that bind the disk's workspace (known before it is
+        made: the engine reads the directory only when a container starts)."""
+        return {"type": "none", "o": "bind", "device": str(_Paths(name).workspace)}
+
+    def _make(
+        self, paths: _Paths, size_mb: int, labels: dict[str, str], source: Path | None
+    ) -> None:
+        if source is not None:  # a snapshot's filesystem, its workspace directory in it
+            copy_sparse(source, paths.image)
+        else:
+            descriptor = os.open(paths.image, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                os.ftruncate(descriptor, size_mb * 1024 * 1024)  # sparse: no block written yet
+            finally:
+                os.close(descriptor)
+            local.run(
+                ["mkfs.ext4", "-q", "-F", "-m", "0", "-E", _MKFS_EXTENDED, str(paths.image)],
+                f"making the filesystem of {paths.image.name}",
+            )
         # Like the image, the owner's alone, whatever the process's umask.
         meta = os.open(paths.meta, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(meta, "w", encoding="utf-8") as handle:
             handle.write(json.dumps({"labels": labels, "disk_mb": size_mb}))
         paths.mountpoint.mkdir(mode=0o700, exist_ok=True)
         self._mount(paths)
-        paths.workspace.mkdir(mode=0o755)
+        paths.workspace.mkdir(mode=0o755, exist_ok=source is not None)
         os.chown(paths.workspace, SANDBOX_UID, SANDBOX_GID)
 
     def _mount(self, paths: _Paths) -> None:
@@ -150,6 +164,19 @@ class Disks:
             if not _mounted(paths.mountpoint):
                 paths.mountpoint.mkdir(mode=0o700, exist_ok=True)
                 self._mount(paths)
+
+    @contextlib.contextmanager
+    def frozen(self, name: str) -> Iterator[Path]:
+        """The disk's image file while its filesystem is frozen (fsfreeze: what was written
+        is flushed to the image, nothing more is written until the block ends)."""
+        paths = _Paths(name)
+        if not _mounted(paths.mountpoint):
+            raise BackendError(f"the disk {name} is not mounted")
+        local.run(["fsfreeze", "-f", str(paths.mountpoint)], f"freezing the disk {name}")
+        try:
+            yield paths.image
+        finally:
+            local.run(["fsfreeze", "-u", str(paths.mountpoint)], f"thawing the disk {name}")
 
     def ensure_all(self) -> int:
         """Mount every disk that is not (after a reboot); how many disks there are."""

@@ -15,6 +15,7 @@ kind) composed of the pieces of this package, as DockerBackend composes its own:
   without per-sandbox users only;
 - hostprobe / hostkeys: load, GPUs and facts in one round trip; the host key for an admin;
 - suspend: pause, resume, stop and start of isolated sandboxes.
+- snapshots: a sandbox's workspace kept on the host, moved between hosts as a tar stream.
 
 The host is reached only once its key is pinned (Host.host_key_pinned, confirmed in admin);
 the login user is the credential's username, its secret a password or a private key.
@@ -38,11 +39,12 @@ from hosts.backends.base import (
     PortStream,
     ProbeResult,
     SandboxSpec,
+    SnapshotTaken,
     Unsupported,
 )
 from hosts.backends.fallback.commands import PlainCommands
 from hosts.backends.fallback.jobs import PlainJobs
-from hosts.backends.ssh import hostkeys, hostprobe, layout, ports, provision, suspend
+from hosts.backends.ssh import hostkeys, hostprobe, layout, ports, provision, snapshots, suspend
 from hosts.backends.ssh.agent import MAX_AGENTS, SshAgentPlace
 from hosts.backends.ssh.connection import SshConnection, SshTarget
 from hosts.backends.ssh.hostprobe import HostFacts
@@ -205,11 +207,32 @@ class SshBackend(AgentFirstBackend):
         return [r.label_id for r in self.list_managed() if r.kind == "directory"]
 
     def list_managed(self) -> list[ManagedResource]:
-        return hostprobe.list_managed(
+        found = hostprobe.list_managed(
             self.connection(),
             self.base_dir,
             settings.SANDHUB_INSTANCE,
             sudo=self.facts().sudo,
+        )
+        return found + snapshots.managed(self.connection(), self.base_dir, sudo=self.facts().sudo)
+
+    # --- snapshots (snapshots.py) ------------------------------------------------------------
+    def snapshot(
+        self, state: dict[str, Any], snapshot_id: str, labels: dict[str, str]
+    ) -> SnapshotTaken:
+        return snapshots.take(self.connection(), state, self.base_dir, snapshot_id, labels)
+
+    def delete_snapshot(self, snapshot_state: dict[str, Any]) -> None:
+        snapshots.delete(self.connection(), snapshot_state, self.base_dir)
+
+    def export_snapshot(self, snapshot_state: dict[str, Any]) -> Iterator[bytes]:
+        return snapshots.export(self.connection(), snapshot_state, self.base_dir)
+
+    def import_snapshot(
+        self, snapshot_id: str, labels: dict[str, str], chunks: Iterable[bytes]
+    ) -> SnapshotTaken:
+        root = self.facts().per_sandbox_users  # who provisions here, and so reads it back
+        return snapshots.import_(
+            self.connection(), self.base_dir, snapshot_id, labels, chunks, root=root
         )
 
     def fetch_host_key(self) -> HostKey:

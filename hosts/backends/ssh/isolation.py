@@ -162,15 +162,21 @@ drop_egress_rule "$uid"
 
 # The disk made (provision only: a restart mounts the one there, suspend.py).
 MAKE_DISK = """\
-# The disk: a sparse ext4 image on the workspace, its root directory the sandbox user's.
-truncate -s "${disk_mb}M" "$dir/disk.img" && chmod 0600 "$dir/disk.img" \\
-  && mkfs.ext4 -q -F -m 0 -E "root_owner=$uid:$gid" "$dir/disk.img" >/dev/null 2>&1 \\
-  || fail "cannot make a ${disk_mb} MB disk for the sandbox"
+# The disk: a sparse ext4 image on the workspace, its root directory the sandbox user's (or
+# a copy of a snapshot's: snapshot_scripts.RESTORE).
+if [ "$snapform" = image ]; then
+  copy_snapshot_disk
+else
+  truncate -s "${disk_mb}M" "$dir/disk.img" && chmod 0600 "$dir/disk.img" \\
+    && mkfs.ext4 -q -F -m 0 -E "root_owner=$uid:$gid" "$dir/disk.img" >/dev/null 2>&1 \\
+    || fail "cannot make a ${disk_mb} MB disk for the sandbox"
+fi
 mount -o loop,nodev,nosuid "$dir/disk.img" "$dir/workspace" \\
   || fail "cannot mount the sandbox's disk (no loop device?)"
 made_disk=1
 chmod 0700 "$dir/workspace"
 rm -rf -- "$dir/workspace/lost+found"
+if [ -n "$snapform" ]; then restore_workspace; fi
 
 """
 

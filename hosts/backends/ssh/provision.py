@@ -31,6 +31,7 @@ from hosts.backends.ssh import isolation, layout
 from hosts.backends.ssh.connection import RunResult, SshConnection
 from hosts.backends.ssh.errors import SshError
 from hosts.backends.ssh.hostprobe import HostFacts
+from hosts.backends.ssh.snapshot_scripts import RESTORE, RESTORE_PLAIN, restore_variables
 
 __all__ = ["destroy", "ensure_present", "provision", "status"]
 
@@ -194,7 +195,9 @@ def provision(
         "isolate": "1" if isolate else "",
         "chain": isolation.CHAIN,
     }
-    body = isolation.COMMON + isolation.STOP + _PROVISION
+    # From a snapshot: its files copied in before any process of the sandbox runs.
+    variables |= restore_variables(spec.snapshot, base, spec.disk_mb)
+    body = isolation.COMMON + isolation.STOP + RESTORE + _PROVISION + RESTORE_PLAIN
     if isolate:
         variables |= isolation.start_variables(
             state,
