@@ -32,7 +32,14 @@ from dbkit.prepared import PreparedRead
 from hosts.backends import get_backend
 from hosts.backends.base import BackendError, SandboxBackend, SandboxGone, Unsupported
 from sandboxes.contract.errors import BackendFailure, Conflict
-from sandboxes.models import CommandExecution, CommandStatus, Sandbox, SandboxStatus
+from sandboxes.models import (
+    CommandExecution,
+    CommandStatus,
+    Sandbox,
+    SandboxStatus,
+    Snapshot,
+    SnapshotStatus,
+)
 from sandboxes.policy import quotas
 from tenants.auditing import change
 from tenants.models import IdleAction, Team
@@ -48,11 +55,13 @@ STOPPED_JOB_MESSAGE = (
 
 
 def busy_commands() -> Q:
-    """A foreground command runs, or any command is being started: no pause nor stop now."""
+    """A foreground command runs, any command is being started, or a snapshot of the sandbox
+    is being taken (it pauses and unpauses the container itself): no pause nor stop now."""
     busy = CommandExecution.objects.filter(sandbox=OuterRef("pk")).filter(
         Q(status=CommandStatus.QUEUED) | Q(status=CommandStatus.RUNNING, background=False)
     )
-    return Q(Exists(busy))
+    snapping = Snapshot.objects.filter(source=OuterRef("pk"), status=SnapshotStatus.CREATING)
+    return Q(Exists(busy)) | Q(Exists(snapping))
 
 
 def claim(
@@ -88,8 +97,9 @@ def _lost_claim(sandbox: Sandbox, seen: str, claiming: str) -> str:
     doing = _DOING.get(claiming, claiming)
     if now == seen and claiming != S.RESUMING:
         return (
-            f"a command is running in sandbox {sandbox.public_id} (or starting): wait for it "
-            f"to finish or cancel it, then {doing} (background commands do not hold a {doing})"
+            f"a command is running in sandbox {sandbox.public_id} (or starting), or a snapshot "
+            f"of it is being taken: wait for it to finish or cancel it, then {doing} "
+            f"(background commands do not hold a {doing})"
         )
     return f"sandbox {sandbox.public_id} changed meanwhile (it is {now} now); try again"
 

@@ -27,7 +27,7 @@ from sandboxes.contract.errors import BackendFailure, Conflict, InvalidInput, Qu
 from sandboxes.contract.results import SandboxInfo
 from sandboxes.contract.snapshots import SnapshotInfo
 from sandboxes.housekeeping.config import instance_labels
-from sandboxes.models import Sandbox, Snapshot, SnapshotStatus
+from sandboxes.models import Sandbox, SandboxStatus, Snapshot, SnapshotStatus
 from sandboxes.policy import access, validation
 from sandboxes.policy.access import READ, WRITE
 from sandboxes.services.common import backend_errors, backend_of, running_sandbox
@@ -93,6 +93,13 @@ def _reserve(principal: Principal, sandbox: Sandbox, name: str) -> Snapshot:
             )
         if live.filter(name=name).exists():
             raise Conflict(f"the team already has a snapshot named {name!r}")
+        # Under the team's lock, as a pause or stop claims (transitions.claim): a snapshot is
+        # never taken of a sandbox being paused or stopped, nor one paused while it is taken.
+        if not Sandbox.objects.filter(pk=sandbox.pk, status=SandboxStatus.RUNNING).exists():
+            raise Conflict(
+                f"sandbox {sandbox.public_id} changed meanwhile (being paused, stopped or "
+                "deleted); try again"
+            )
         assert sandbox.host is not None, "a running sandbox has a host"
         try:
             with transaction.atomic():

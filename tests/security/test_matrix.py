@@ -30,10 +30,17 @@ from fastmcp import Client
 from tests.live import run
 from tests.security import matrix, matrix_snapshots
 from tests.security.matrix import A_SB, ACTORS, B_CMD, B_JOB, B_LINK, B_SB, engines_named
+from tests.security.matrix_tools import (
+    REFUSED_WRITERS,
+    text_of,
+    tool_active,
+    tool_creates,
+    tool_hosts,
+    tool_listed,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore:The logging capability is deprecated")
 
-REFUSED_WRITERS = {"viewer": "a viewer may not", "read-only": "no write scope"}
 PWN = "touch /workspace/pwned"
 
 
@@ -235,38 +242,6 @@ class ToolCase:
 
 def on_b(**args: Any) -> list[dict[str, Any]]:
     return [{"sandbox_id": B_SB, **args}]
-
-
-def text_of(result) -> str:
-    return "\n".join(getattr(part, "text", "") for part in result.content)
-
-
-def tool_hosts(scene, actor, result, created) -> None:
-    assert not result.is_error, text_of(result)
-    counts = [host["sandboxes_running"] for host in result.structured_content["hosts"]]
-    assert counts == [scene.team_a_live()], "a host's count must be the team's own"
-
-
-def tool_listed(scene, actor, result, created) -> None:
-    assert not result.is_error, text_of(result)
-    listed = {s["id"] for s in result.structured_content["sandboxes"]}
-    assert listed and listed <= scene.team_a_ids()
-
-
-def tool_active(scene, actor, result, created) -> None:
-    """Called with the session's selection forged to team B's sandbox: nothing is active."""
-    assert not result.is_error, text_of(result)
-    assert result.structured_content["sandbox"] is None
-
-
-def tool_creates(scene, actor, result, created) -> None:
-    made = created()
-    if actor in REFUSED_WRITERS:
-        assert result.is_error and REFUSED_WRITERS[actor] in text_of(result), text_of(result)
-        assert made == []
-        return
-    assert not result.is_error, text_of(result)
-    assert made and set(made) <= scene.team_a_ids(), made
 
 
 TASK_B = [{"task_id": B_JOB, "sandbox_id": B_SB}, {"task_id": B_JOB, "sandbox_id": A_SB}]

@@ -191,3 +191,34 @@ def test_a_snapshot_holding_a_disk_fixes_the_new_disk_size(fake, source, as_alic
     with pytest.raises(InvalidInput, match="has its disk of 1024 MB"):
         services.create_sandbox(as_alice, snapshot=snap.id, disk_mb=2048)
     assert services.create_sandbox(as_alice, snapshot=snap.id).disk_mb == 1024
+
+
+def test_a_snapshot_being_taken_holds_off_a_pause_or_stop_and_a_pause_a_snapshot(
+    fake, source, as_alice
+):
+    """A snapshot pauses and unpauses the container itself: a pause or a stop in between would
+    be undone by it, and the row would say paused of a running container. So neither may
+    claim the sandbox while one is being taken, nor a snapshot start while a claim is held."""
+    row = Sandbox.objects.get(public_id=source.id)
+    taking = Snapshot.objects.create(
+        team=row.team,
+        name="in flight",
+        source=row,
+        host_kind=row.host.kind,
+        host=row.host,
+        image=row.image,
+        status=SnapshotStatus.CREATING,
+        cpus=0.5,
+        memory_mb=256,
+    )
+    for service in (services.pause_sandbox, services.stop_sandbox):
+        with pytest.raises(Conflict, match="a snapshot of it is being taken"):
+            service(as_alice, source.id)
+    assert Sandbox.objects.get(public_id=source.id).status == "running"
+    taking.status = SnapshotStatus.READY
+    taking.save()
+    Sandbox.objects.filter(public_id=source.id).update(status="pausing")  # a claim held
+    before = Snapshot.objects.count()
+    with pytest.raises(Conflict):
+        services.snapshot_sandbox(as_alice, source.id, "during a pause")
+    assert Snapshot.objects.count() == before
