@@ -79,12 +79,24 @@ class Sandbox(models.Model):
     last_activity_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField(null=True, blank=True)
     deleted_at = models.DateTimeField(null=True, blank=True)
+    # The client's id for the request that created it (create_sandbox's request_id): a retry
+    # with the same id gets this sandbox again. Unique per team; the digest of the request's
+    # arguments tells a retry from a reuse of the id for something else.
+    request_id = models.CharField(max_length=100, null=True, blank=True, editable=False)
+    request_digest = models.CharField(max_length=64, blank=True, editable=False)
 
     objects = SandboxQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["team", "status"], name="sandbox_team_status")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["team", "request_id"],
+                condition=Q(request_id__isnull=False),
+                name="one_sandbox_per_team_request",
+            )
+        ]
 
     def __str__(self) -> str:
         return self.public_id
