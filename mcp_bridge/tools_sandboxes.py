@@ -86,6 +86,15 @@ def register(mcp: FastMCP) -> None:
                 "may omit sandbox_id (no effect without a session)."
             ),
         ] = True,
+        request_id: Annotated[
+            str | None,
+            Field(
+                description="Your own id for this request (a UUID, say): a retry with the "
+                "same id and arguments returns the sandbox the first try made, instead of "
+                "a second one.",
+                max_length=100,
+            ),
+        ] = None,
     ) -> Sandbox:
         """Create a sandbox (an isolated Linux container with python3, bash and git; files
         live in /workspace) on the idlest host, wait until it runs, and return it. Team
@@ -106,6 +115,7 @@ def register(mcp: FastMCP) -> None:
                 lifetime_minutes=lifetime_minutes,
                 network=network,
                 gpus=gpus,
+                request_id=request_id,
             )
             if select and selection.remember_created(
                 caller.principal, caller.key.pk, caller.session, info.id

@@ -74,26 +74,26 @@ class DatabaseWrapper(base.DatabaseWrapper):
     def _start_transaction_under_autocommit(self) -> None:
         self.turn.take()
         try:
-            super()._start_transaction_under_autocommit()
+            super()._start_transaction_under_autocommit()  # type: ignore[misc]  # not in django-stubs
         except BaseException:
             self.turn.give()
             raise
 
     def _commit(self) -> None:
         try:
-            super()._commit()
+            super()._commit()  # type: ignore[misc]  # not in django-stubs
         finally:
             self._give_unless_open()
 
     def _rollback(self) -> None:
         try:
-            super()._rollback()
+            super()._rollback()  # type: ignore[misc]  # not in django-stubs
         finally:
             self._give_unless_open()
 
     def _close(self) -> None:
         try:
-            super()._close()
+            super()._close()  # type: ignore[misc]  # not in django-stubs
         finally:
             turn = getattr(self, "turn", None)
             if turn is not None:

@@ -147,6 +147,11 @@ class SandboxCreateSerializer(StrictSerializer):
         max_value=16,
         help_text="GPUs of its own (CUDA_VISIBLE_DEVICES).",
     )
+    request_id = serializers.CharField(
+        required=False,
+        max_length=100,
+        help_text="Your own id for this request: a retry with it returns the same sandbox.",
+    )
 
 
 class RunCommandSerializer(StrictSerializer):
