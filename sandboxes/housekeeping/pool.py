@@ -65,6 +65,7 @@ def take_member(sandbox: Sandbox) -> WarmContainer | None:
     member = _take(sandbox)
     if member is not None:
         queue_refill()
+        poolagents.claimed()
     return member
 
 

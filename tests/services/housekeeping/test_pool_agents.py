@@ -11,6 +11,7 @@ from typing import Any
 
 import docker
 import pytest
+from docker.api.container import ContainerApiMixin
 from docker.api.exec_api import ExecApiMixin
 
 from hosts.backends import get_backend
@@ -60,8 +61,13 @@ def keeper(monkeypatch: pytest.MonkeyPatch) -> Iterator[poolagents.PoolAgents]:
 @pytest.fixture
 def engine_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
     """The containers the engine was asked to exec in, and those an agent was started in."""
-    seen: dict[str, list[str]] = {"exec": [], "agent": []}
+    seen: dict[str, list[str]] = {"exec": [], "agent": [], "inspect": []}
     exec_create, start = ExecApiMixin.exec_create, DockerAgentPlace.start
+    inspect = ContainerApiMixin.inspect_container
+
+    def recording_inspect(self: Any, container: str) -> Any:
+        seen["inspect"].append(container)
+        return inspect(self, container)
 
     def recording_exec(self: Any, container: str, *args: Any, **kwargs: Any) -> Any:
         seen["exec"].append(container)
@@ -73,6 +79,7 @@ def engine_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
 
     monkeypatch.setattr(ExecApiMixin, "exec_create", recording_exec)
     monkeypatch.setattr(DockerAgentPlace, "start", recording_start)
+    monkeypatch.setattr(ContainerApiMixin, "inspect_container", recording_inspect)
     return seen
 
 
@@ -84,17 +91,23 @@ def has_agent(member: WarmContainer) -> bool:
     return get_backend(member.host).has_agent(member.backend_state)
 
 
-def test_the_first_command_after_a_claim_starts_no_agent(pooled, keeper, as_alice, engine_calls):
+def test_the_first_command_after_a_claim_starts_no_agent(
+    pooled, keeper, as_alice, engine_calls, engine
+):
     keeper.look()
     assert len(members()) == 2 and all(has_agent(m) for m in members())
     assert keeper.warmed() == {m.pool_id for m in members()}
-    engine_calls["exec"].clear()
-    engine_calls["agent"].clear()
+    for calls in engine_calls.values():
+        calls.clear()
 
-    info = services.create_sandbox(as_alice)
+    info = services.create_sandbox(as_alice, memory_mb=256)
     sandbox = Sandbox.objects.get(public_id=info.id)
     container = sandbox.backend_state["container_id"]
     assert sandbox.warm_container.status == "claimed"
+    # Claimed without an inspection (its agent here shows it runs), its limits applied.
+    assert container not in engine_calls["inspect"]
+    config = engine.api.inspect_container(container)["HostConfig"]
+    assert (config["Memory"], config["MemorySwap"]) == (256 * 2**20, 256 * 2**20)
     # Before the command: this process holds the container's running agent already.
     assert get_backend(sandbox.host).has_agent(sandbox.backend_state)
     result = services.run_command(as_alice, info.id, "echo first; id -u")
