@@ -37,6 +37,19 @@ async def create_and_first_command(client: Any, **create: Any) -> tuple[float, f
     return time.perf_counter() - started, created, sandbox_id
 
 
+async def two_pings(client: Any) -> tuple[float, float, str]:
+    """The floor's pair: two calls of FastMCP's do-nothing tool (_floor_app.py), timed as
+    create_and_first_command times its two."""
+    started = time.perf_counter()
+    await client.call_tool("ping", {}, timeout=CALL_TIMEOUT)
+    first = time.perf_counter() - started
+    await client.call_tool("ping", {}, timeout=CALL_TIMEOUT)
+    return time.perf_counter() - started, first, ""
+
+
+PAIRS = {"first": create_and_first_command, "floor": two_pings}
+
+
 @dataclass
 class Outcome:
     """What one client process measured (picklable: it crosses the process boundary)."""
@@ -49,7 +62,7 @@ class Outcome:
     failed: str = ""  # the process could not take part at all
 
 
-async def _burst(url: str, key: str, clients: int, barrier: Any) -> Outcome:
+async def _burst(url: str, key: str | None, clients: int, barrier: Any, pair: str) -> Outcome:
     from fastmcp import Client
 
     outcome = Outcome()
@@ -63,24 +76,27 @@ async def _burst(url: str, key: str, clients: int, barrier: Any) -> Outcome:
 
         async def one(client: Any) -> None:
             try:
-                seconds, created, sandbox_id = await create_and_first_command(client)
+                seconds, created, sandbox_id = await PAIRS[pair](client)
             except Exception as exc:
                 outcome.errors.append(f"{type(exc).__name__}: {exc}"[:300])
                 return
             outcome.latencies.append(seconds)
             outcome.creates.append(created)
-            outcome.ids.append(sandbox_id)
+            if sandbox_id:
+                outcome.ids.append(sandbox_id)
 
         await asyncio.gather(*(one(client) for client in connected))
         outcome.cpu = time.process_time() - cpu
     return outcome
 
 
-def burst_process(url: str, key: str, clients: int, barrier: Any, queue: Any) -> None:
-    """Entry point of one client process: `clients` creates + first commands at once, after
-    the barrier; the outcome goes to `queue`."""
+def burst_process(
+    url: str, key: str | None, clients: int, barrier: Any, queue: Any, pair: str = "first"
+) -> None:
+    """Entry point of one client process: `clients` pairs of calls at once (PAIRS: creates +
+    first commands, or the floor's), after the barrier; the outcome goes to `queue`."""
     try:
-        outcome = asyncio.run(_burst(url, key, clients, barrier))
+        outcome = asyncio.run(_burst(url, key, clients, barrier, pair))
     except BaseException as exc:
         barrier.abort()
         outcome = Outcome(failed=f"{type(exc).__name__}: {exc}"[:500])

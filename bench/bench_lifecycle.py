@@ -18,7 +18,11 @@ and p99 of each, in this order:
 4. burst: a pool of --burst (filled by this process, untimed; then the web processes are given
    time to start what they keep for it), then --burst clients at once, spread over
    --client-processes processes, each create + first command (target p99 <= 1.5 s, 0 errors),
-   and how long the worker took to refill the pool afterwards;
+   of it the create_sandbox calls, where the CPU went in the burst (the machine's, the web
+   processes', the worker's, the engine's, the containers', the clients'), how long the
+   worker took to refill the pool afterwards, and the floor: the same clients and web
+   workers making two calls each of FastMCP's do-nothing tool (_floor_app.py), i.e. what
+   the MCP stack alone costs at that concurrency on this machine;
 5. run_once `echo hi` without and with the pool (one MCP call: create, command, delete);
 6. the lines of bench/lifecycle_pause.py and bench/lifecycle_fork.py (`measure()`), where
    those files exist.
@@ -39,19 +43,24 @@ import os
 import statistics
 import threading
 import time
+from pathlib import Path
 
 import _platform
 from _burst import Outcome, burst_process, create_and_first_command, ignore
 from _setup import (
+    FLOOR_APP,
     bench_instance,
     bench_principal,
     delete_sandboxes,
     django_on_scratch_db,
+    free_port,
     lift_creation_limits,
     make_room,
     ms,
     percentile,
     remove_scratch,
+    start_web,
+    stop_web,
     sweep_containers,
 )
 
@@ -118,14 +127,17 @@ async def run_once(url: str, key: str, rounds: int, pool: int) -> list[float]:
     return seconds
 
 
-def burst(url: str, key: str, clients: int, processes: int) -> list[Outcome]:
-    """`clients` creates + first commands at once from `processes` client processes."""
+def burst(
+    url: str, key: str | None, clients: int, processes: int, pair: str = "first"
+) -> list[Outcome]:
+    """`clients` pairs of calls at once (creates + first commands, or the floor's two pings)
+    from `processes` client processes."""
     context = multiprocessing.get_context("spawn")  # no Django, threads or sockets inherited
     barrier = context.Barrier(processes + 1)
     queue = context.Queue()
     shares = [len(range(i, clients, processes)) for i in range(processes)]
     children = [
-        context.Process(target=burst_process, args=(url, key, share, barrier, queue))
+        context.Process(target=burst_process, args=(url, key, share, barrier, queue, pair))
         for share in shares
     ]
     try:
@@ -174,6 +186,23 @@ def burst_lines(
         f"  the worker refilled the pool of {args.burst} in {refilled} after the burst "
         f"(measured {time.monotonic() - ended:.1f} s)",
     ]
+
+
+def floor_line(args: argparse.Namespace, scratch: Path, workers: int) -> str:
+    """The same burst on FastMCP's do-nothing tool (_floor_app.py: no auth, no database, no
+    sandbox), same web workers and client processes: what the MCP stack alone costs."""
+    port = free_port()
+    server = start_web(port, workers, log=scratch / "floor.log", app=FLOOR_APP)
+    try:
+        url = f"http://127.0.0.1:{port}/mcp/"
+        outcomes = burst(url, None, args.burst, args.client_processes, pair="floor")
+    finally:
+        stop_web(server)
+    latencies = [s for o in outcomes for s in o.latencies]
+    errors = sum(len(o.errors) for o in outcomes)
+    return line(f"floor: {args.burst} at once, two do-nothing MCP calls", latencies) + (
+        f"   errors {errors}" if errors else ""
+    )
 
 
 def hook_lines() -> list[str]:
@@ -234,7 +263,8 @@ def main() -> None:
         print("\n".join(lines), flush=True)
         if not args.no_burst:
             lines += burst_lines(args, platform, key, made)
-            print("\n".join(lines[-6:]), flush=True)
+            lines.append(floor_line(args, scratch, platform.web_workers))
+            print("\n".join(lines[-7:]), flush=True)
         _platform.set_pool_size(0)
         _platform.fill_pool_here()
         once_cold = asyncio.run(run_once(url, key, args.rounds, 0))
