@@ -94,6 +94,15 @@ def register(mcp: FastMCP) -> None:
                 max_length=40,
             ),
         ] = None,
+        request_id: Annotated[
+            str | None,
+            Field(
+                description="Your own id for this request (a UUID, say): a retry with the "
+                "same id and arguments returns the sandbox the first try made, instead of "
+                "a second one.",
+                max_length=100,
+            ),
+        ] = None,
     ) -> Sandbox:
         """Create a sandbox (an isolated Linux container with python3, bash and git; files
         live in /workspace) on the idlest host, wait until it runs, and return it. Team
@@ -115,6 +124,7 @@ def register(mcp: FastMCP) -> None:
                 network=network,
                 gpus=gpus,
                 snapshot=snapshot_id,
+                request_id=request_id,
             )
             if select and selection.remember_created(
                 caller.principal, caller.key.pk, caller.session, info.id

@@ -8,6 +8,7 @@ proxy so audit rows record the client's address rather than the proxy's.
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 from django.core.asgi import get_asgi_application
@@ -22,6 +23,7 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 
 from mcp_bridge.server import http_app  # noqa: E402
 from platform_site.gcpolicy import settle_long_lived_process  # noqa: E402
+from sandboxes.housekeeping import poolagents  # noqa: E402
 from sandboxes.proxy.app import serve_preview  # noqa: E402
 from sandboxes.proxy.routing import wants_preview  # noqa: E402
 
@@ -39,7 +41,7 @@ async def application(scope, receive, send) -> None:
     if scope["type"] == "lifespan":
         # Django's handler refuses lifespan events; the MCP app needs its startup (it starts
         # the session manager), so the lifespan is the MCP app's.
-        await mcp_app(scope, receive, send)
+        await mcp_app(scope, keeping_pool_agents(receive), send)
         return
     if scope["type"] in ("http", "websocket") and wants_preview(scope):
         # A preview host name (every path on it is the app's) or /preview/SANDBOX/PORT/.
@@ -57,3 +59,18 @@ async def application(scope, receive, send) -> None:
         await mcp_app(scope, receive, send)
         return
     await web_app(scope, receive, send)
+
+
+def keeping_pool_agents(receive):
+    """The lifespan's messages, with this web process keeping agents in the warm pool's
+    members while it serves (sandboxes/housekeeping/poolagents.py)."""
+
+    async def received():
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            poolagents.start()
+        elif message["type"] == "lifespan.shutdown":
+            await asyncio.to_thread(poolagents.stop)
+        return message
+
+    return received

@@ -250,6 +250,12 @@ SANDHUB_PREVIEW_WEBSOCKET_IDLE_SECONDS = env_int(
 SANDHUB_INSTANCE = env_str("SANDHUB_INSTANCE", "default") or "default"
 SANDHUB_ORPHAN_GRACE_SECONDS = env_int("SANDHUB_ORPHAN_GRACE_SECONDS", 600, minimum=0)
 SANDHUB_WARM_POOL_SIZE = env_int("SANDHUB_WARM_POOL_SIZE", 0, minimum=0)
+# Each web process keeps a started sandbox agent in up to this many ready warm-pool members, so
+# a sandbox claimed from the pool answers its first command at once (0: none; see
+# sandboxes/housekeeping/poolagents.py). At most this many members per host start at once,
+# counted over every worker (sandboxes/housekeeping/pool.py).
+SANDHUB_POOL_AGENTS = env_int("SANDHUB_POOL_AGENTS", 200, minimum=0)
+SANDHUB_POOL_STARTS_PER_HOST = env_int("SANDHUB_POOL_STARTS_PER_HOST", 4, minimum=1)
 # Where loop-mounted /workspace filesystems (the per-sandbox disk limit) keep their images.
 SANDHUB_DISK_DIR = Path(env_str("SANDHUB_DISK_DIR", str(VAR_DIR / "disks")))
 # Where Docker hosts' snapshots keep their files (a copy of a workspace's disk image, the home

@@ -44,6 +44,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from django.conf import settings
 from django.core.cache import caches
+from django.core.cache.backends.base import DEFAULT_TIMEOUT
 from django.core.cache.backends.db import DatabaseCache
 from django.core.management import call_command
 from django.db import connections, router, transaction
@@ -77,6 +78,16 @@ class RateLimitCache(DatabaseCache):
     """Django's database cache with an atomic increment: the row is locked (SELECT ... FOR
     UPDATE on PostgreSQL; SQLite's IMMEDIATE transactions serialise writers anyway), and its
     expiry is kept rather than reset to the default timeout."""
+
+    def add(
+        self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
+    ) -> bool:
+        # django-ratelimit adds a window's counter before each increment; once the window
+        # has one, that add is a read, not a write transaction of its own (on SQLite, one
+        # writer at a time: a count is then one write, not two).
+        if self.has_key(key, version=version):
+            return False
+        return super().add(key, value, timeout, version)
 
     def incr(self, key: Any, delta: int = 1, version: int | None = None) -> Any:
         key = self.make_and_validate_key(key, version=version)

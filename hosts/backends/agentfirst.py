@@ -76,6 +76,22 @@ class AgentFirstBackend(SandboxBackend):
         """argv as the sandbox's processes must see it (a kind whose paths differ maps them)."""
         return argv
 
+    # --- agents kept ahead of use (warm-pool members: sandboxes/housekeeping/poolagents.py) ----
+    def keep_agent(self, state: dict[str, Any]) -> bool:
+        if not self.agent_on():
+            return False
+        try:
+            self.agents.client(state)
+        except AgentUnavailable:
+            return False
+        return True
+
+    def has_agent(self, state: dict[str, Any]) -> bool:
+        return self.agents.running(state)
+
+    def drop_agent(self, state: dict[str, Any]) -> None:
+        self.agents.forget(state)
+
     # --- commands ----------------------------------------------------------------------------
     def exec(
         self,

@@ -321,5 +321,19 @@ class SandboxBackend(abc.ABC):
         """
         raise Unsupported(f"{self.kind} backend has no warm pool")
 
+    def keep_agent(self, state: dict[str, Any]) -> bool:
+        """Start the sandbox's agent in this process now, ahead of any call (a warm-pool
+        member's, so the sandbox that claims it answers its first command at once). False
+        where none runs (a kind without one, the agent turned off, no python3 in the image)."""
+        return False
+
+    def has_agent(self, state: dict[str, Any]) -> bool:
+        """Whether this process holds a live agent of the sandbox (its stream open: the
+        container or directory is there and running)."""
+        return False
+
+    def drop_agent(self, state: dict[str, Any]) -> None:  # noqa: B027 - optional, as above
+        """Close this process's agent of the sandbox, if any (a member gone unclaimed)."""
+
     def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
         """Release connections held for this host."""

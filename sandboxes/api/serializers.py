@@ -153,6 +153,11 @@ class SandboxCreateSerializer(StrictSerializer):
         source="snapshot",
         help_text="Start from this snapshot's files, with its image and limits unless given.",
     )
+    request_id = serializers.CharField(
+        required=False,
+        max_length=100,
+        help_text="Your own id for this request: a retry with it returns the same sandbox.",
+    )
 
 
 class RunCommandSerializer(StrictSerializer):

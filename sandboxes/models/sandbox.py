@@ -121,12 +121,24 @@ class Sandbox(models.Model):
     # from there. Null on rows made before pause existed (created_at, expires_at say it).
     lifetime_minutes = models.PositiveIntegerField(null=True, blank=True)
     lifetime_started_at = models.DateTimeField(null=True, blank=True)
+    # The client's id for the request that created it (create_sandbox's request_id): a retry
+    # with the same id gets this sandbox again. Unique per team; the digest of the request's
+    # arguments tells a retry from a reuse of the id for something else.
+    request_id = models.CharField(max_length=100, null=True, blank=True, editable=False)
+    request_digest = models.CharField(max_length=64, blank=True, editable=False)
 
     objects = SandboxQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["team", "status"], name="sandbox_team_status")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["team", "request_id"],
+                condition=Q(request_id__isnull=False),
+                name="one_sandbox_per_team_request",
+            )
+        ]
 
     # How long the call that read this row waited for the sandbox to resume (not stored:
     # set by sandboxes/services/lifecycle.py for the results of that call).

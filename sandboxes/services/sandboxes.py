@@ -8,6 +8,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from dbkit import writes
 from hosts.backends.base import BackendError, SandboxGone, SandboxSpec
 from hosts.backends.gpus import gpu_environment
 from hosts.models import Image
@@ -20,7 +21,14 @@ from sandboxes.contract.errors import (
 )
 from sandboxes.contract.results import SandboxInfo
 from sandboxes.housekeeping import pool
-from sandboxes.models import CHANGING_STATUSES, Preview, Sandbox, SandboxStatus, Snapshot
+from sandboxes.models import (
+    CHANGING_STATUSES,
+    Preview,
+    Sandbox,
+    SandboxStatus,
+    Snapshot,
+    WarmContainer,
+)
 from sandboxes.policy import access, placement, validation
 from sandboxes.policy.access import READ, WRITE
 from sandboxes.policy.limits import (
@@ -31,7 +39,8 @@ from sandboxes.policy.limits import (
 )
 from sandboxes.services import snapshot_restore
 from sandboxes.services.common import backend_of
-from tenants.auditing import AUDIT_VIEW, audited, change, current
+from sandboxes.services.create_requests import FAILED, CreateRequest
+from tenants.auditing import AUDIT_VIEW, audited, change, change_with, current
 from tenants.models import Team
 from tenants.principal import Principal
 from tenants.ratelimits import rate_limited
@@ -57,6 +66,7 @@ def create_sandbox(
     disk_mb: int | None = None,
     gpus: int | None = None,
     snapshot: str | None = None,
+    request_id: str | None = None,
 ) -> SandboxInfo:
     """Create a sandbox on the idlest host with room and wait until it is running.
 
@@ -65,9 +75,15 @@ def create_sandbox(
     them (and only them) as CUDA_VISIBLE_DEVICES.
     snapshot: a snapshot's id: the sandbox starts with its files, on a host of its kind,
     with its image and limits where these are not given (snapshot_restore.py).
+    request_id: the client's id for this request: a retry with it gets the same sandbox
+    (create_requests.py).
     """
+    arguments = {k: v for k, v in locals().items() if k not in ("principal", "request_id")}
     access.require(principal, WRITE, "create sandboxes")
     team = _team(principal)
+    request = CreateRequest.of(team, request_id, arguments)
+    if request is not None and (earlier := request.made()) is not None:
+        return _retried(request, earlier)
     # --- from a snapshot: its image and limits unless given (another team's: not found).
     source = None if snapshot is None else snapshot_restore.ready_snapshot(principal, snapshot)
     if source is not None:
@@ -85,33 +101,54 @@ def create_sandbox(
     with transaction.atomic():
         # Lock the team row so concurrent creations cannot both pass the quota check.
         team = Team.objects.select_for_update().get(pk=team.pk)
-        _check_running_quota(team)
-        chosen = placement.choose_host(
-            team,
-            gpu_count,
-            kind=source.host_kind if source else None,
-            prefer=source.host_id if source else None,
-        )
-        host = chosen.host
-        if host.gpu_count:  # a sandbox sees its own GPUs, and none of the host's others
-            spec_env = {**spec_env, **gpu_environment(chosen.gpus)}
-        sandbox = Sandbox.objects.create(
-            team=team,
-            owner=principal.user,
-            host=host,
-            image=chosen_image,
-            name=sandbox_name,
-            env=spec_env,
-            gpus=list(chosen.gpus),
-            expires_at=timezone.now() + timedelta(minutes=lifetime),
-            **limits,
-        )
+        # Concurrent tries of one request queue on that lock too: the later ones find the
+        # first's sandbox here.
+        earlier = request.made() if request is not None else None
+        if earlier is None:
+            _check_running_quota(team)
+            chosen = placement.choose_host(
+                team,
+                gpu_count,
+                kind=source.host_kind if source else None,
+                prefer=source.host_id if source else None,
+            )
+            host = chosen.host
+            if host.gpu_count:  # a sandbox sees its own GPUs, and none of the host's others
+                spec_env = {**spec_env, **gpu_environment(chosen.gpus)}
+            sandbox = Sandbox.objects.create(
+                team=team,
+                owner=principal.user,
+                host=host,
+                image=chosen_image,
+                name=sandbox_name,
+                env=spec_env,
+                gpus=list(chosen.gpus),
+                expires_at=timezone.now() + timedelta(minutes=lifetime),
+                status=SandboxStatus.STARTING,
+                status_changed_at=timezone.now(),
+                **(request.fields() if request is not None else {}),
+                **limits,
+            )
+            # In the same transaction: one write of the database's per create, not two.
+            # A snapshot's sandbox starts from its files, not from a pool member.
+            member = pool.take_member(sandbox) if source is None else None
+    if request is not None and earlier is not None:
+        return _retried(request, earlier)
     current().target("sandbox", sandbox.public_id)
     current().details.update({"image": chosen_image.name, "host": host.name, **limits})
+    if request is not None:
+        current().details["request_id"] = request.request_id
     if chosen.gpus:
         current().details["gpus"] = list(chosen.gpus)
-    _provision(sandbox, source)
+    _provision(sandbox, member, source)
     return SandboxInfo.from_model(sandbox)
+
+
+def _retried(request: CreateRequest, earlier: Sandbox) -> SandboxInfo:
+    """A retry's answer: the sandbox its first try made (audited as the same request)."""
+    current().target("sandbox", earlier.public_id)
+    current().details.update({"request_id": request.request_id, "retry": True})
+    return SandboxInfo.from_model(request.answer(earlier))
 
 
 # More than any machine holds: a larger number is a mistake, told as such.
@@ -204,11 +241,11 @@ def _check_running_quota(team: Team) -> None:
         )
 
 
-def _provision(sandbox: Sandbox, snapshot: Snapshot | None = None) -> None:
-    """Start the sandbox on its host (from the snapshot's files when given); on failure
-    leave nothing behind and say why."""
-    sandbox.transition(SandboxStatus.STARTING)
-    sandbox.save(update_fields=["status", "status_message"])
+def _provision(
+    sandbox: Sandbox, member: WarmContainer | None, snapshot: Snapshot | None = None
+) -> None:
+    """Start the sandbox on its host (from the snapshot's files when given, else from the
+    pool member claimed for it, if any); on failure leave nothing behind and say why."""
     spec = SandboxSpec(
         sandbox_id=sandbox.public_id,
         image_reference=sandbox.image.reference,
@@ -225,20 +262,26 @@ def _provision(sandbox: Sandbox, snapshot: Snapshot | None = None) -> None:
         if snapshot is not None:
             sandbox.backend_state = snapshot_restore.provision(sandbox, spec, snapshot)
         else:
-            # A warm-pool member when one fits (sandboxes/housekeeping/pool.py), else a fresh
-            # container.
-            sandbox.backend_state = pool.provision_sandbox(sandbox, spec)
+            # The pool member when there is one (sandboxes/housekeeping/pool.py), else afresh.
+            sandbox.backend_state = pool.provision_sandbox(sandbox, spec, member)
     except BackendError as exc:
-        # The backend removed what it had made; the row stays only as history.
-        sandbox.transition(SandboxStatus.ERROR, f"provisioning failed: {exc}")
+        # The backend removed what it had made; the row stays only as history, and lets go
+        # of its request id: a retry of the request tries again.
+        sandbox.transition(SandboxStatus.ERROR, f"{FAILED}: {exc}")
         sandbox.transition(SandboxStatus.STOPPING)
-        sandbox.transition(SandboxStatus.DELETED, f"provisioning failed: {exc}")
+        sandbox.transition(SandboxStatus.DELETED, f"{FAILED}: {exc}")
+        sandbox.request_id = None
         sandbox.save()
         raise BackendFailure(f"could not start the sandbox on host {sandbox.host}: {exc}") from exc
-    with change():  # running, and its audit row, in one transaction
-        sandbox.transition(SandboxStatus.RUNNING)
-        sandbox.last_activity_at = timezone.now()
-        sandbox.save()
+    sandbox.transition(SandboxStatus.RUNNING)
+    sandbox.last_activity_at = timezone.now()
+    # Running, and its audit row, in one transaction of two compiled statements.
+    running = ("status", "status_message", "started_at", "last_activity_at", "backend_state")
+    change_with(
+        writes.update(
+            Sandbox.objects.filter(pk=sandbox.pk), {f: getattr(sandbox, f) for f in running}
+        )
+    )
 
 
 @audited("sandbox.list", "sandbox", kind=AUDIT_VIEW)

@@ -138,6 +138,7 @@ class AgentLink:
                 refused = self._unavailable.get(key)
             if refused is not None and time.monotonic() - refused[0] < UNAVAILABLE_FOR:
                 raise AgentUnavailable(refused[1])
+            self._forget_dead()
             self._make_room()
             try:
                 agent = _Agent(self.place.start(state), busy=1)
@@ -168,6 +169,15 @@ class AgentLink:
             return None
         agent.busy += 1
         return agent
+
+    def _forget_dead(self) -> None:
+        """Drop the entries of agents whose stream ended (their sandbox deleted through another
+        process, say), so a long-lived process keeps nothing of every sandbox it ever served.
+        One dropped for not answering stays: its successor must kill it."""
+        with self._lock:
+            for key, agent in list(self._agents.items()):
+                if not agent.client.alive and not agent.client.abandoned:
+                    del self._agents[key]
 
     def _make_room(self) -> None:
         """Close the least recently used idle agent if max_agents are live. An agent with a

@@ -233,4 +233,5 @@ class DockerBackend(AgentFirstBackend):
         wanted = (spec.disk_mb or DEFAULT_DISK_MB) if self.containers.disks.enabled else None
         if state.get("disk_mb") != wanted:
             raise Unsupported(f"the warm-pool member's disk is not {wanted} MB; provision afresh")
-        return {**self.pool.claim_pool_member(state, spec), "disk_mb": wanted}
+        running = self.agents.running(state)  # kept by this process (poolagents.py)
+        return {**self.pool.claim_pool_member(state, spec, running=running), "disk_mb": wanted}

@@ -52,9 +52,14 @@ class Pool:
             raise Unsupported("warm-pool members are created without network")
         labels = {**spec.labels, LABEL_POOL: "1"}
         state = self.containers.provision(replace(spec, labels=labels))
-        return {**state, "pool_id": spec.sandbox_id}
+        return {**state, "pool_id": spec.sandbox_id, "limits": _limits(spec)}
 
-    def claim_pool_member(self, state: dict[str, Any], spec: SandboxSpec) -> dict[str, Any]:
+    def claim_pool_member(
+        self, state: dict[str, Any], spec: SandboxSpec, *, running: bool = False
+    ) -> dict[str, Any]:
+        """running: this process holds a live agent in the member (its exec stream open: the
+        container runs), so the limits it was made with (in `state`) are all there is to know,
+        without an inspection."""
         if spec.network:
             raise Unsupported("a warm-pool member has no network; provision afresh")
         container = state.get("container_id") or ""
@@ -64,11 +69,15 @@ class Pool:
         name = NAME_PREFIX + spec.sandbox_id
         with self.engine.errors(f"claiming warm container {container[:12]}"):
             try:
-                info = api.inspect_container(container)
-                if info["State"]["Status"] != "running":
-                    raise SandboxGone(f"warm container {container[:12]} is not running")
+                if running and state.get("limits"):
+                    current = state["limits"]
+                else:
+                    info = api.inspect_container(container)
+                    if info["State"]["Status"] != "running":
+                        raise SandboxGone(f"warm container {container[:12]} is not running")
+                    current = info["HostConfig"]
                 wanted = _limits(spec)
-                if any(info["HostConfig"].get(key) != value for key, value in wanted.items()):
+                if any(current.get(key) != value for key, value in wanted.items()):
                     self._update_limits(api, container, wanted)
                 api.rename(container, name)
             except docker.errors.NotFound as exc:
