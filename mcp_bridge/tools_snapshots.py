@@ -50,7 +50,9 @@ class SnapshotList(BaseModel):
 
 
 class Fork(BaseModel):
-    snapshot: Snapshot = Field(description="the snapshot taken (kept until deleted)")
+    snapshot: Snapshot | None = Field(
+        description="the snapshot taken, when keep_snapshot (kept until deleted); else null"
+    )
     sandbox: Sandbox = Field(description="the new sandbox, started from it")
 
 
@@ -99,21 +101,36 @@ def register(mcp: FastMCP) -> None:
         name: Annotated[
             str | None, Field(description="A label for the new sandbox.", max_length=100)
         ] = None,
+        keep_snapshot: Annotated[
+            bool,
+            Field(
+                description="Also keep the snapshot the fork is made from (list_snapshots; "
+                "counts against your team's snapshot quota), to start more sandboxes from."
+            ),
+        ] = False,
         snapshot_name: Annotated[
             str | None,
-            Field(description="Name of the snapshot taken (default: fork of ...).", max_length=100),
+            Field(
+                description="Name of the snapshot kept with keep_snapshot (default: fork of ...).",
+                max_length=100,
+            ),
         ] = None,
     ) -> Fork:
-        """Branch a sandbox: snapshot it, then create a new sandbox from the snapshot (same
-        files, image and limits); both sandboxes run on independently. The snapshot stays
-        (list_snapshots) until deleted, and counts against your team's snapshot quota.
-        Returns the new sandbox: pass its id as sandbox_id to work in the branch."""
+        """Branch a sandbox: a new sandbox with its files, image and limits (files copied
+        with its processes frozen for the copy); both sandboxes run on independently.
+        Returns the new sandbox: pass its id as sandbox_id to work in the branch. With
+        keep_snapshot, the snapshot it was made from is kept too."""
 
         def body() -> Fork:
             caller = identity.caller()
             snap, made = services.fork_sandbox(
-                caller.principal, sandbox_id, name=name, snapshot_name=snapshot_name or ""
+                caller.principal,
+                sandbox_id,
+                name=name,
+                snapshot_name=snapshot_name or "",
+                keep_snapshot=keep_snapshot,
             )
-            return Fork(snapshot=Snapshot.model_validate(snap), sandbox=sandbox(made))
+            kept = Snapshot.model_validate(snap) if snap is not None else None
+            return Fork(snapshot=kept, sandbox=sandbox(made))
 
         return await call(body)

@@ -23,6 +23,7 @@ class FakeSnapshots:
 
     snapshots: dict[str, dict[str, Any]] = {}
     fail_snapshot: str | None = None
+    provisioned_from: list[dict[str, Any]] = []  # the snapshot states sandboxes started from
     host: Any
     sandboxes: dict[str, dict[str, Any]]
 

@@ -82,6 +82,8 @@ class FakeBackend(FakeSnapshots, SandboxBackend):
             raise BackendError(self.fail_provision)
         key = f"fake-{next(self._ids)}"
         files = self.snapshot_files(spec.snapshot) if spec.snapshot else {}
+        if spec.snapshot:
+            self.provisioned_from.append(dict(spec.snapshot))
         self.sandboxes[key] = {
             "spec": spec,
             "files": files,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
 from hosts.backends.types import (  # noqa: F401 - the interface's values, named here too
+    CONSUMED_BY_ONE,
     LABEL_INSTANCE,
     LABEL_POOL,
     LABEL_SNAPSHOT,

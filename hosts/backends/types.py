@@ -77,6 +77,9 @@ class ManifestPage:
 LABEL_INSTANCE = "org.sandhub.instance"  # which Sandhub deployment made it (reconciliation scope)
 LABEL_POOL = "org.sandhub.pool"  # "1" on warm-pool members, claimed or not
 LABEL_SNAPSHOT = "org.sandhub.snapshot"  # a snapshot's id, on what holds its bytes
+# In a snapshot's state (SandboxSpec.snapshot): the snapshot is a fork's own, deleted once the
+# one sandbox made from it runs, so its files may be moved into that sandbox, not copied.
+CONSUMED_BY_ONE = "consumed_by_one"
 
 
 @dataclass(frozen=True)

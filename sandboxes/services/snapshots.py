@@ -22,7 +22,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from hosts.backends import get_backend
-from hosts.backends.base import LABEL_SNAPSHOT, BackendError, SandboxBackend
+from hosts.backends.base import CONSUMED_BY_ONE, LABEL_SNAPSHOT, BackendError, SandboxBackend
 from sandboxes.contract.errors import BackendFailure, Conflict, InvalidInput, QuotaExceeded
 from sandboxes.contract.results import SandboxInfo
 from sandboxes.contract.snapshots import SnapshotInfo
@@ -43,16 +43,19 @@ STALE_CREATING = timedelta(minutes=30)
 
 
 @audited("snapshot.create", "snapshot")
-def snapshot_sandbox(principal: Principal, sandbox_id: str, name: str) -> SnapshotInfo:
+def snapshot_sandbox(
+    principal: Principal, sandbox_id: str, name: str, *, counted: bool = True
+) -> SnapshotInfo:
     """Keep the sandbox's files under `name` (unique in the team). The sandbox runs on; a
     command running meanwhile is frozen for the copy where the host freezes (Docker's pause,
-    an isolated SSH sandbox's cgroup) and goes on afterwards."""
+    an isolated SSH sandbox's cgroup) and goes on afterwards. counted=False: a fork's own
+    snapshot, deleted by the fork's end, outside the team's snapshot quotas."""
     snapshot_name = validation.name(name)
     if not snapshot_name:
         raise InvalidInput("a snapshot needs a name")
     sandbox = running_sandbox(principal, sandbox_id, WRITE, "take snapshots")
     current().details["sandbox"] = sandbox.public_id
-    snapshot = _reserve(principal, sandbox, snapshot_name)
+    snapshot = _reserve(principal, sandbox, snapshot_name, counted)
     current().target("snapshot", snapshot.public_id)
     backend = backend_of(sandbox)
     labels = {**instance_labels(), LABEL_SNAPSHOT: snapshot.public_id}
@@ -66,31 +69,21 @@ def snapshot_sandbox(principal: Principal, sandbox_id: str, name: str) -> Snapsh
     current().details.update({"name": snapshot_name, "size_bytes": taken.size_bytes})
     try:
         with change():  # ready, and its audit row, in one transaction: or neither
-            _settle(snapshot, taken.state, taken.size_bytes)
+            _settle(snapshot, taken.state, taken.size_bytes, counted)
     except QuotaExceeded:
         _discard(backend, snapshot, taken.state)
         raise
     return SnapshotInfo.from_model(snapshot)
 
 
-def _reserve(principal: Principal, sandbox: Sandbox, name: str) -> Snapshot:
-    """The snapshot's row (creating), if the team's quotas leave room and the name is free;
-    under the team's lock, so concurrent snapshots cannot all pass the check."""
+def _reserve(principal: Principal, sandbox: Sandbox, name: str, counted: bool) -> Snapshot:
+    """The snapshot's row (creating), if the team's quotas leave room (when counted) and the
+    name is free; under the team's lock, so concurrent snapshots cannot all pass the check."""
     with transaction.atomic():
         team = Team.objects.select_for_update().get(pk=sandbox.team_id)
         live = Snapshot.objects.live().filter(team=team)
-        count = live.count()
-        if count >= team.max_snapshots:
-            raise QuotaExceeded(
-                f"team quota: at most {team.max_snapshots} snapshots ({count} kept); "
-                "delete one first"
-            )
-        used = _bytes(live)
-        if used >= team.max_snapshot_mb * MIB:
-            raise QuotaExceeded(
-                f"team quota: snapshots may take {team.max_snapshot_mb} MB together, and "
-                f"{_mb(used)} MB are taken; delete one first"
-            )
+        if counted:
+            _check_room(team, live)
         if live.filter(name=name).exists():
             raise Conflict(f"the team already has a snapshot named {name!r}")
         # Under the team's lock, as a pause or stop claims (transitions.claim): a snapshot is
@@ -120,11 +113,26 @@ def _reserve(principal: Principal, sandbox: Sandbox, name: str) -> Snapshot:
             raise Conflict(f"the team already has a snapshot named {name!r}") from exc
 
 
-def _settle(snapshot: Snapshot, state: dict, size_bytes: int) -> None:
+def _check_room(team: Team, live) -> None:
+    """QuotaExceeded unless the team's snapshots leave room for one more."""
+    count = live.count()
+    if count >= team.max_snapshots:
+        raise QuotaExceeded(
+            f"team quota: at most {team.max_snapshots} snapshots ({count} kept); delete one first"
+        )
+    used = _bytes(live)
+    if used >= team.max_snapshot_mb * MIB:
+        raise QuotaExceeded(
+            f"team quota: snapshots may take {team.max_snapshot_mb} MB together, and "
+            f"{_mb(used)} MB are taken; delete one first"
+        )
+
+
+def _settle(snapshot: Snapshot, state: dict, size_bytes: int, counted: bool) -> None:
     """Ready with its real size, or QuotaExceeded (nothing changed) if that is over."""
     team = Team.objects.select_for_update().get(pk=snapshot.team_id)
     others = _bytes(Snapshot.objects.live().filter(team=team).exclude(pk=snapshot.pk))
-    if others + size_bytes > team.max_snapshot_mb * MIB:
+    if counted and others + size_bytes > team.max_snapshot_mb * MIB:
         raise QuotaExceeded(
             f"team quota: snapshots may take {team.max_snapshot_mb} MB together; this one "
             f"takes {_mb(size_bytes)} MB and the others {_mb(others)} MB, so it was not kept"
@@ -217,14 +225,30 @@ def _claim_for_deletion(snapshot: Snapshot) -> None:
 
 
 def fork_sandbox(
-    principal: Principal, sandbox_id: str, *, name: str | None = None, snapshot_name: str = ""
-) -> tuple[SnapshotInfo, SandboxInfo]:
-    """A snapshot of the sandbox, then a new sandbox from it (two audited actions: the
-    snapshot stays, listed and counted, until deleted). snapshot_name: its name (default:
-    "fork of <sandbox> <time>")."""
-    if not snapshot_name:
+    principal: Principal,
+    sandbox_id: str,
+    *,
+    name: str | None = None,
+    snapshot_name: str = "",
+    keep_snapshot: bool = False,
+) -> tuple[SnapshotInfo | None, SandboxInfo]:
+    """A new sandbox with the sandbox's files: a snapshot of it, then a sandbox from that.
+
+    keep_snapshot: the snapshot stays (listed, counted in the team's quotas) until deleted,
+    named snapshot_name (default "fork of <sandbox> <time>"), and is returned. Otherwise it is
+    the fork's alone: outside the quotas, its files moved into the new sandbox where the host
+    can (a Docker disk image renamed into the new disk: one copy of the bytes, not two), and
+    deleted once the new sandbox runs or failed to (its audit rows stay); None is returned.
+    """
+    if not snapshot_name or not keep_snapshot:
         stamp = timezone.now().strftime("%Y-%m-%d %H:%M:%S.%f")
         snapshot_name = f"fork of {sandbox_id} {stamp}"
-    snapshot = snapshot_sandbox(principal, sandbox_id, snapshot_name)
-    info = create_sandbox(principal, name=name, snapshot=snapshot.id)
-    return snapshot, info
+    snapshot = snapshot_sandbox(principal, sandbox_id, snapshot_name, counted=keep_snapshot)
+    if keep_snapshot:
+        return snapshot, create_sandbox(principal, name=name, snapshot=snapshot.id)
+    row = Snapshot.objects.filter(public_id=snapshot.id)
+    row.update(backend_state={**row.get().backend_state, CONSUMED_BY_ONE: True})
+    try:
+        return None, create_sandbox(principal, name=name, snapshot=snapshot.id)
+    finally:
+        delete_snapshot(principal, snapshot.id)

@@ -21,7 +21,7 @@ from sandboxes.contract.errors import (
 )
 from sandboxes.contract.results import UploadFile
 from sandboxes.models import Sandbox, Snapshot, SnapshotStatus
-from tenants.models import AuditLog
+from tenants.models import AuditLog, Team
 
 pytestmark = pytest.mark.django_db
 GHOST = "snap_0000ghost000"
@@ -31,9 +31,11 @@ GHOST = "snap_0000ghost000"
 def fake(fake_backend):
     fake_backend.snapshots = {}
     fake_backend.fail_snapshot = None
+    fake_backend.provisioned_from = []
     yield fake_backend
     fake_backend.snapshots = {}
     fake_backend.fail_snapshot = None
+    fake_backend.provisioned_from = []
 
 
 @pytest.fixture
@@ -170,11 +172,38 @@ def test_on_another_host_of_the_kind_the_snapshot_is_moved(fake, source, as_alic
         services.create_sandbox(as_alice, snapshot=snap.id)
 
 
-def test_a_fork_is_a_snapshot_and_a_sandbox_from_it(fake, source, as_alice):
-    snap, made = services.fork_sandbox(as_alice, source.id, name="branch")
-    assert snap.name.startswith(f"fork of {source.id} ") and made.name == "branch"
+def test_a_fork_is_a_sandbox_with_the_files_and_keeps_no_snapshot(fake, source, as_alice):
+    """The fork's own snapshot: outside the quotas (a team at its snapshot quota can fork),
+    handed to the backend as one it may move into the new sandbox, deleted at the end."""
+    Team.objects.filter(slug="alpha").update(max_snapshots=0)
+    kept, made = services.fork_sandbox(as_alice, source.id, name="branch")
+    assert kept is None and made.name == "branch"
+    assert services.read_file(as_alice, made.id, "deps/lib.py").content == b"x = 1\n"
+    assert services.list_snapshots(as_alice) == [] and fake.snapshots == {}
+    [taken], [deleted] = rows("snapshot.create"), rows("snapshot.delete")
+    assert taken.target_id == deleted.target_id and deleted.outcome == "ok"
+    assert taken.details["name"].startswith(f"fork of {source.id} ")
+    assert rows("sandbox.create")[-1].details["snapshot"] == taken.target_id
+    assert fake.provisioned_from[-1]["consumed_by_one"] is True
+
+
+def test_a_fork_keeps_its_snapshot_when_asked(fake, source, as_alice):
+    snap, made = services.fork_sandbox(
+        as_alice, source.id, name="branch", snapshot_name="before", keep_snapshot=True
+    )
+    assert snap is not None and snap.name == "before" and made.name == "branch"
     assert services.read_file(as_alice, made.id, "deps/lib.py").content == b"x = 1\n"
     assert [s.id for s in services.list_snapshots(as_alice)] == [snap.id]
+    assert "consumed_by_one" not in fake.provisioned_from[-1]
+
+
+def test_a_fork_that_fails_to_start_leaves_no_snapshot(fake, source, as_alice):
+    fake.fail_provision = "no room on the host"
+    with pytest.raises(BackendFailure, match="no room on the host"):
+        services.fork_sandbox(as_alice, source.id)
+    fake.fail_provision = None
+    assert services.list_snapshots(as_alice) == [] and fake.snapshots == {}
+    assert Sandbox.objects.filter(team__slug="alpha").exclude(status="deleted").count() == 1
 
 
 def test_a_stopped_sandbox_cannot_be_snapshotted(fake, source, as_alice):

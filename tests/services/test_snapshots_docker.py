@@ -6,6 +6,7 @@ over a quota nothing is written (no file, no row); on another host the snapshot 
 from __future__ import annotations
 
 import io
+import shutil
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -98,6 +99,37 @@ def test_a_sandbox_from_a_snapshot_has_the_files_and_the_installed_package(
     assert (
         run(as_alice, made.id, "~/.local/bin/sandhub-probe") == "probe ok\n"
     )  # its copy is its own
+
+
+def test_a_fork_moves_its_snapshots_disk_image_into_the_new_sandbox(
+    prepared, as_alice, snapshot_dir, settings, monkeypatch, request
+):
+    """fork_sandbox's own snapshot is copied once: its disk image is renamed into the new
+    sandbox's disk. With the restore's copy broken the fork still works; nothing is left of
+    its snapshot, and the branch is its own (a write in one is not seen in the other)."""
+    disks = Path(settings.SANDHUB_DISK_DIR).parent
+    if snapshot_dir.parent.stat().st_dev != disks.stat().st_dev:  # a /tmp of its own
+        snapshot_dir = settings.SANDHUB_SNAPSHOT_DIR = disks / f"snapshots-{prepared.id}"
+        request.addfinalizer(lambda: shutil.rmtree(snapshot_dir, ignore_errors=True))
+
+    def no_copy(source: Path, target: Path) -> None:
+        raise AssertionError(f"copied {source} instead of moving it")
+
+    monkeypatch.setattr("hosts.backends.docker.disk.copy_sparse", no_copy)
+    kept, fork = services.fork_sandbox(as_alice, prepared.id, name="branch")
+    assert kept is None and fork.disk_mb == 64
+    assert run(as_alice, fork.id, "python3 proj/main.py; ~/.local/bin/sandhub-probe") == (
+        "main\nprobe ok\n"
+    )
+    run(as_alice, fork.id, "echo branch-only > mine.txt")
+    assert run(as_alice, prepared.id, "ls") == "proj\n"
+    assert list(snapshot_dir.iterdir()) == [] and not Snapshot.objects.live().exists()
+    actions = (
+        AuditLog.objects.filter(target_type="snapshot")
+        .order_by("id")
+        .values_list("action", "outcome")
+    )
+    assert list(actions) == [("snapshot.create", "ok"), ("snapshot.delete", "ok")]
 
 
 def test_another_teams_snapshot_is_a_made_up_one(prepared, as_alice, as_bob):

@@ -172,7 +172,8 @@ def test_snapshot_and_fork_through_the_services(pinned, as_alice, as_bob, base: 
     assert pinned.isolated
     source = services.create_sandbox(as_alice, disk_mb=64)
     services.write_file(as_alice, source.id, "notes/a.txt", "from the source\n")
-    snap, fork = services.fork_sandbox(as_alice, source.id, name="branch")
+    snap, fork = services.fork_sandbox(as_alice, source.id, name="branch", keep_snapshot=True)
+    assert snap is not None
     assert snap.host == pinned.name and snap.host_kind == "ssh" and snap.disk_mb == 64
     assert fork.disk_mb == 64 and fork.host == pinned.name
     read = services.read_file(as_alice, fork.id, "notes/a.txt")
@@ -182,6 +183,12 @@ def test_snapshot_and_fork_through_the_services(pinned, as_alice, as_bob, base: 
     services.delete_snapshot(as_alice, snap.id)
     with SshConnection(target_for(pinned)) as conn:
         assert sh(conn, f"ls -A {base}/.snapshots", root=True) == ""
-    for sandbox_id in (source.id, fork.id):
+    kept, branch = services.fork_sandbox(as_alice, source.id)  # its snapshot not kept
+    assert kept is None and services.list_snapshots(as_alice) == []
+    read = services.read_file(as_alice, branch.id, "notes/a.txt")
+    assert read.content == b"from the source\n"
+    with SshConnection(target_for(pinned)) as conn:
+        assert sh(conn, f"ls -A {base}/.snapshots", root=True) == ""
+    for sandbox_id in (source.id, fork.id, branch.id):
         services.delete_sandbox(as_alice, sandbox_id)
     assert Snapshot.objects.get(public_id=snap.id).status == "deleted"

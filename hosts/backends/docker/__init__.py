@@ -39,6 +39,7 @@ from hosts.backends.agent.jobs import AgentJobs
 from hosts.backends.agent.link import AgentLink
 from hosts.backends.agentfirst import AgentFirstBackend
 from hosts.backends.base import (
+    CONSUMED_BY_ONE,
     BackendError,
     ManagedResource,
     PortStream,
@@ -105,7 +106,11 @@ class DockerBackend(AgentFirstBackend):
 
     # --- lifecycle ---------------------------------------------------------------------------
     def provision(self, spec: SandboxSpec) -> dict[str, Any]:
-        state = self.containers.provision(spec, disk_source=self.snapshots.disk_source(spec))
+        state = self.containers.provision(
+            spec,
+            disk_source=self.snapshots.disk_source(spec),
+            move_source=bool(spec.snapshot and spec.snapshot.get(CONSUMED_BY_ONE)),
+        )
         if spec.snapshot:
             try:
                 self.snapshots.restore(state, spec.snapshot)

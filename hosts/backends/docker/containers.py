@@ -70,9 +70,12 @@ class Containers:
         self.disks = Disks(engine)
 
     # --- lifecycle ---------------------------------------------------------------------------
-    def provision(self, spec: SandboxSpec, disk_source: Path | None = None) -> dict[str, Any]:
+    def provision(
+        self, spec: SandboxSpec, disk_source: Path | None = None, move_source: bool = False
+    ) -> dict[str, Any]:
         """Create and start the sandbox; disk_source: the image its disk is a copy of (a
-        snapshot's), else a new empty one."""
+        snapshot's), else a new empty one; move_source: the image itself becomes the disk
+        where it can (a fork's own snapshot: disk.py)."""
         name = NAME_PREFIX + spec.sandbox_id
         client = self.engine.client()
         network = name if spec.network else ""
@@ -89,7 +92,7 @@ class Containers:
                 disk: Future[dict[str, str]] | None = None
                 if disk_mb:
                     disk = self._make_disk(
-                        name, disk_mb, {**spec.labels, **_ids(spec)}, disk_source
+                        name, disk_mb, {**spec.labels, **_ids(spec)}, disk_source, move_source
                     )
                     created.append(lambda: self._remove_disk(name, disk))
                     options = self.disks.bind_options(name)
@@ -116,7 +119,7 @@ class Containers:
         }
 
     def _make_disk(
-        self, name: str, size_mb: int, labels: dict[str, str], source: Path | None
+        self, name: str, size_mb: int, labels: dict[str, str], source: Path | None, move: bool
     ) -> Future[dict[str, str]]:
         """The sandbox's disk, made now; or, a snapshot's copy, made while the engine makes
         the volume and the container (the copy, and the loop device's set-up, which flushes
@@ -125,7 +128,9 @@ class Containers:
             done: Future[dict[str, str]] = Future()
             done.set_result(self.disks.create(name, size_mb, labels))
             return done
-        return _DISK_COPIES.submit(self.disks.create, name, size_mb, labels, source=source)
+        return _DISK_COPIES.submit(
+            self.disks.create, name, size_mb, labels, source=source, move=move
+        )
 
     def _remove_disk(self, name: str, making: Future[dict[str, str]] | None) -> None:
         if making is not None:

@@ -29,6 +29,7 @@ said so in the probe's details (docs/security.md).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -70,10 +71,16 @@ class Disks:
 
     # --- lifecycle ---------------------------------------------------------------------------
     def create(
-        self, name: str, size_mb: int, labels: dict[str, str], source: Path | None = None
+        self,
+        name: str,
+        size_mb: int,
+        labels: dict[str, str],
+        source: Path | None = None,
+        move: bool = False,
     ) -> dict[str, str]:
         """Make and mount the filesystem (a copy of the image `source`, a snapshot's, when
-        given); the volume driver options that bind it.
+        given; with `move`, that image itself, renamed, where it is on this filesystem); the
+        volume driver options that bind it.
 
         On failure nothing of it is left.
         """
@@ -84,7 +91,7 @@ class Disks:
             if paths.image.exists():
                 raise BackendError(f"disk {paths.image} already exists")
             try:
-                self._make(paths, size_mb, labels, source)
+                self._make(paths, size_mb, labels, source, move)
             except BaseException:
                 with contextlib.suppress(Exception):
                     self._remove(paths)
@@ -97,10 +104,16 @@ class Disks:
         return {"type": "none", "o": "bind", "device": str(_Paths(name).workspace)}
 
     def _make(
-        self, paths: _Paths, size_mb: int, labels: dict[str, str], source: Path | None
+        self,
+        paths: _Paths,
+        size_mb: int,
+        labels: dict[str, str],
+        source: Path | None,
+        move: bool = False,
     ) -> None:
         if source is not None:  # a snapshot's filesystem, its workspace directory in it
-            copy_sparse(source, paths.image)
+            if not (move and _moved(source, paths.image)):
+                copy_sparse(source, paths.image)
         else:
             descriptor = os.open(paths.image, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             try:
@@ -258,3 +271,16 @@ def _mounted(path: Path) -> bool:
             if len(fields) > 4 and fields[4].encode().decode("unicode_escape") == target:
                 return True
     return False
+
+
+def _moved(source: Path, target: Path) -> bool:
+    """`source` renamed to `target` (no byte copied); False where they are on different
+    filesystems (then the caller copies)."""
+    try:
+        os.rename(source, target)
+    except OSError as exc:
+        if exc.errno == errno.EXDEV:
+            return False
+        raise BackendError(f"moving {source.name} into {target.name}: {exc}") from exc
+    os.chmod(target, 0o600)
+    return True
