@@ -205,17 +205,23 @@ def floor_line(args: argparse.Namespace, scratch: Path, workers: int) -> str:
     )
 
 
-def hook_lines() -> list[str]:
+def hook_lines(args: argparse.Namespace) -> list[str]:
     """The other lifecycle benches' lines, where their modules exist (issue 25)."""
     lines = []
-    for name in ("lifecycle_pause", "lifecycle_fork"):
+    hooks = {
+        "lifecycle_pause": {"rounds": args.pause_rounds},
+        "lifecycle_fork": {"size_mb": args.fork_mb, "rounds": args.fork_rounds},
+    }
+    for name, arguments in hooks.items():
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
             if exc.name != name:
                 raise
             continue
-        lines += list(module.measure())
+        measured = [f"{name}:", *module.measure(**arguments)]
+        print("\n".join(measured), flush=True)
+        lines += measured
     return lines
 
 
@@ -229,6 +235,10 @@ def main() -> None:
     parser.add_argument("--client-processes", type=int, default=2)
     parser.add_argument("--raw", type=int, default=15)
     parser.add_argument("--no-burst", action="store_true")
+    parser.add_argument("--no-hooks", action="store_true", help="skip lifecycle_pause/_fork")
+    parser.add_argument("--pause-rounds", type=int, default=15)
+    parser.add_argument("--fork-mb", type=int, default=1024)
+    parser.add_argument("--fork-rounds", type=int, default=4)
     args = parser.parse_args()
 
     os.environ.setdefault("LOG_LEVEL", "WARNING")
@@ -274,9 +284,11 @@ def main() -> None:
         lines += [
             line("run_once `echo hi`, no pool", once_cold),
             line(f"run_once `echo hi`, pool of {args.pool}", once_pooled),
-            *hook_lines(),
         ]
-        print("\n" + "\n".join(lines))
+        print("\n".join(lines[-2:]), flush=True)
+        if not args.no_hooks:
+            lines += hook_lines(args)
+        print("\nall figures:\n" + "\n".join(lines))
     finally:
         platform.stop()
         failures = delete_sandboxes(principal, made)

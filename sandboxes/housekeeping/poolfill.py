@@ -51,6 +51,8 @@ PROVISIONING = WarmContainerStatus.PROVISIONING
 # A member still provisioning after this long belongs to a worker that died.
 STALE_PROVISIONING = timedelta(minutes=10)
 REQUEST_GAP = 0.2  # seconds between two refill tasks one process queues
+QUIET = 0.3  # seconds without a claim before a refill is queued (RefillRequests)
+MAX_DEFERRAL = 5.0  # but no later than this after the first claim it was asked for
 
 
 def pool_size(image: Image) -> int:
@@ -72,8 +74,9 @@ def discard(member: WarmContainer, backend: SandboxBackend) -> None:
 
 
 class RefillRequests:
-    """This process's asks for a refill, turned into at most one queued task per REQUEST_GAP
-    by a thread of its own (started on the first ask, and again in a forked child)."""
+    """This process's asks for a refill, turned into at most one queued task per REQUEST_GAP,
+    once claims pause (QUIET, MAX_DEFERRAL), by a thread of its own (started on the first
+    ask, and again in a forked child)."""
 
     def __init__(self) -> None:
         self._asked = threading.Event()
@@ -92,7 +95,7 @@ class RefillRequests:
     def _run(self) -> None:
         while True:
             self._asked.wait()
-            self._asked.clear()  # an ask from now on queues one more task after this one
+            self._wait_for_a_lull()
             try:
                 _enqueue()
             except Exception:  # the schedule refills anyway; nothing a claim must fail for
@@ -100,6 +103,21 @@ class RefillRequests:
             finally:
                 connection.close()  # this thread's own; it may sleep for hours
             time.sleep(REQUEST_GAP)
+
+    def _wait_for_a_lull(self) -> None:
+        """Until claims pause for QUIET seconds, or MAX_DEFERRAL after the first ask.
+
+        Claims come in bursts (an agent fanning out, a test matrix). A member's start costs
+        the machine ~0.3 s of CPU (the engine, runc, the disk's mkfs, the keepers' agents):
+        a refill begun mid-burst took half of two cores from the burst's own creates and
+        first commands (bench/bench_lifecycle.py), and its members serve only the next
+        burst anyway. Asks spaced wider than QUIET (one user's creates) wait QUIET alone.
+        """
+        first = time.monotonic()
+        while True:
+            self._asked.clear()  # an ask from now on queues one more task after this one
+            if not self._asked.wait(QUIET) or time.monotonic() - first >= MAX_DEFERRAL:
+                return
 
 
 def _enqueue() -> None:

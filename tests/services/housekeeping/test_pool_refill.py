@@ -110,6 +110,31 @@ def test_a_refill_is_asked_for_once_per_gap_however_many_claims(monkeypatch):
     assert all(b - a >= poolfill.REQUEST_GAP * 0.9 for a, b in pairwise(queued))
 
 
+def test_a_refill_waits_for_claims_to_pause_but_not_forever(monkeypatch):
+    """A burst of claims is not slowed by a refill starting under it: nothing is queued while
+    claims keep coming closer than QUIET, until MAX_DEFERRAL; then once they pause."""
+    monkeypatch.setattr(poolfill, "QUIET", 0.5)
+    monkeypatch.setattr(poolfill, "MAX_DEFERRAL", 1.5)
+    queued: list[float] = []
+    monkeypatch.setattr(poolfill, "_enqueue", lambda: queued.append(time.monotonic()))
+    requests = poolfill.RefillRequests()
+    started = time.monotonic()
+    while time.monotonic() - started < 1.0:  # a burst shorter than MAX_DEFERRAL
+        requests.ask()
+        time.sleep(0.02)
+    last_ask = time.monotonic()
+    assert queued == []  # not during the burst
+    time.sleep(1.0)
+    assert len(queued) == 1 and queued[0] >= last_ask
+
+    queued.clear()
+    started = time.monotonic()
+    while time.monotonic() - started < 3.0:  # a burst longer than MAX_DEFERRAL
+        requests.ask()
+        time.sleep(0.02)
+    assert queued and queued[0] - started < 3.0  # queued during it, not after
+
+
 # --- a real cluster ------------------------------------------------------------------------
 
 
