@@ -259,21 +259,31 @@ def delete_sandboxes(principal, ids: list[str], threads: int = 4) -> list[Except
 
 
 def sweep_containers(instance: str) -> int:
-    """Remove any container this run's instance label still marks (a sandbox whose deletion
-    failed, a pool member left behind): the last resort of a bench's cleanup."""
-    import docker
-    from django.conf import settings
+    """Remove everything this run's instance label still marks (a sandbox whose deletion
+    failed, a pool member left behind): its container, volume, disk, network and snapshot
+    files, through the backend's own listing, as reconciliation removes orphans (a container
+    removed alone left its loop-mounted disk behind). The last resort of a bench's cleanup;
+    the number of sandboxes or members swept."""
+    from collections import defaultdict
 
-    from hosts.backends.base import LABEL_INSTANCE
+    from hosts.backends import get_backend
+    from hosts.models import Host
 
-    client = docker.DockerClient(base_url=settings.SANDHUB_DOCKER_URL, timeout=120)
-    try:
-        left = client.containers.list(all=True, filters={"label": f"{LABEL_INSTANCE}={instance}"})
-        for container in left:
-            container.remove(force=True)
-        return len(left)
-    finally:
-        client.close()
+    swept = 0
+    for host in Host.objects.filter(kind="docker"):
+        backend = get_backend(host)
+        groups = defaultdict(list)
+        for resource in backend.list_managed():
+            if resource.instance == instance:
+                groups[resource.label_id].append(resource)
+        for group in groups.values():
+            for resource in sorted(group, key=lambda r: r.kind != "container"):
+                if resource.kind == "snapshot":
+                    backend.delete_snapshot(resource.state)
+                else:
+                    backend.destroy(resource.state)
+            swept += 1
+    return swept
 
 
 def lift_creation_limits() -> None:
