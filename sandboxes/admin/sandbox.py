@@ -6,21 +6,18 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
-from django.contrib.admin import helpers
-from django.db.models import QuerySet
 from django.http import HttpRequest
-from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
 
-from hosts.admin.actions import apply_each
 from sandboxes import services
+from sandboxes.admin.deletion import DeleteThroughServiceMixin
 from sandboxes.admin.lifecycle import LIFECYCLE_ACTIONS, LifecycleActions
 from sandboxes.models import (
     Sandbox,
-    SandboxStatus,
 )
 from tenants.admin import admin_principal, pretty_json
+from tenants.principal import Principal
 
 # Everything on the change page but the name is history or owned by the services.
 SANDBOX_READONLY_FIELDS = [
@@ -51,7 +48,7 @@ SANDBOX_READONLY_FIELDS = [
 
 
 @admin.register(Sandbox)
-class SandboxAdmin(LifecycleActions, admin.ModelAdmin):
+class SandboxAdmin(DeleteThroughServiceMixin, LifecycleActions, admin.ModelAdmin):
     list_display = [
         "public_id",
         "name",
@@ -94,9 +91,12 @@ class SandboxAdmin(LifecycleActions, admin.ModelAdmin):
         ),
         ("Backend", {"fields": ["backend_state_pretty"], "classes": ["collapse"]}),
     ]
-    # Same name as Django's bulk delete, so it replaces it: a sandbox is deleted through the
-    # service (container and workspace removed, audited) and its row stays as history.
+    # delete_selected replaces Django's bulk delete (deletion.py).
     actions = ["delete_selected", *LIFECYCLE_ACTIONS]
+    delete_permission = "sandboxes.delete_sandbox"
+    delete_subtitle = (
+        "Their containers and workspaces are destroyed; the records and command history stay."
+    )
 
     def save_model(self, request: HttpRequest, obj: Sandbox, form: Any, change: bool) -> None:
         # Only the name is editable; it changes through the service so it is audited.
@@ -112,52 +112,8 @@ class SandboxAdmin(LifecycleActions, admin.ModelAdmin):
         # Rows are never deleted from the database, not even by a superuser.
         return False
 
-    def has_destroy_permission(self, request: HttpRequest) -> bool:
-        # Django's "delete sandbox" permission grants deleting through the service.
-        return request.user.has_perm("sandboxes.delete_sandbox")
-
-    @admin.action(description="Delete selected sandboxes", permissions=["destroy"])
-    def delete_selected(
-        self, request: HttpRequest, queryset: QuerySet[Sandbox]
-    ) -> TemplateResponse | None:
-        if not request.POST.get("post"):
-            return self._confirm_delete(request, queryset)
-        apply_each(self, request, queryset.select_related("team"), self._delete_one(request))
-        return None
-
-    def _delete_one(self, request: HttpRequest):
-        def call(sandbox: Sandbox) -> str:
-            if sandbox.status == SandboxStatus.DELETED:
-                return f"{sandbox}: already deleted"
-            # The sandbox's team on the principal files the audit row under that team.
-            principal = admin_principal(request, team=sandbox.team)
-            services.delete_sandbox(principal, sandbox.public_id)
-            return f"{sandbox}: deleted"
-
-        return call
-
-    def _confirm_delete(
-        self, request: HttpRequest, queryset: QuerySet[Sandbox]
-    ) -> TemplateResponse:
-        """Django's own bulk-delete confirmation page, told what is really removed."""
-        count = queryset.count()
-        context = {
-            **self.admin_site.each_context(request),
-            "title": "Delete sandboxes",
-            "subtitle": "Their containers and workspaces are destroyed; the records and "
-            "command history stay.",
-            "objects_name": "sandboxes" if count != 1 else "sandbox",
-            "deletable_objects": [[f"{s} ({s.team}, {s.status})" for s in queryset]],
-            "model_count": {"sandboxes": count}.items(),
-            "queryset": queryset,
-            "perms_lacking": False,
-            "protected": False,
-            "opts": self.opts,
-            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-            "media": self.media,
-        }
-        request.current_app = self.admin_site.name
-        return TemplateResponse(request, "admin/delete_selected_confirmation.html", context)
+    def delete_through_service(self, principal: Principal, public_id: str) -> None:
+        services.delete_sandbox(principal, public_id)
 
     @admin.display(description="env")
     def env_pretty(self, sandbox: Sandbox) -> str:
