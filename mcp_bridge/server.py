@@ -28,6 +28,7 @@ from mcp_bridge import (
     tools_sandboxes,
     tools_snapshots,
 )
+from mcp_bridge.listing import DereferenceOnce
 from mcp_bridge.refusals import RefusalAudit
 
 INSTRUCTIONS = """\
@@ -73,7 +74,11 @@ def build_server(auth: AuthProvider | None = None) -> FastMCP:
         on_duplicate="error",
         # Arguments are checked as JSON, strictly: `"timeout": true` or "10" is no number.
         strict_input_validation=True,
+        # Schemas are inlined for clients that cannot follow $ref, once per tool, not per
+        # listing (listing.py).
+        dereference_schemas=False,
     )
+    mcp.add_middleware(DereferenceOnce())
     # Every call refused before a service ran (bad arguments, unknown tool) leaves a row.
     mcp.add_middleware(RefusalAudit())
     tools_sandboxes.register(mcp)
