@@ -15,7 +15,9 @@ alternately (each first in every other round):
   sandbox's disk, since the snapshot stays), with its two parts, snapshot_sandbox and
   create_sandbox(snapshot=...);
 - the raw copy: `cp --sparse=always` of the source's disk image to a file beside it (the
-  same bytes, the same disk, the same tool the fork uses), removed after, untimed.
+  same bytes, the same disk; coreutils' own copy, where the fork uses the platform's,
+  hosts/backends/docker/sparsecopy.py, which starts each chunk's write-back as it goes),
+  removed after, untimed.
 
 `sync` runs before each timing (untimed), so each starts with nothing dirty in the page
 cache. The raw copy is timed twice: as `cp` returns (its bytes may still be in the page

@@ -42,6 +42,7 @@ from hosts.backends.base import (
     ManagedResource,
     SnapshotTaken,
 )
+from hosts.backends.docker.sparsecopy import copy_image
 
 CHUNK = 64 * 1024
 WORKSPACE_IMAGE, WORKSPACE_TAR, HOME_TAR, META = (
@@ -199,16 +200,13 @@ def _form(directory: Path) -> dict[str, Any]:
 
 
 def copy_sparse(source: Path, target: Path) -> None:
-    """A copy that keeps holes and shares blocks where the filesystem can (reflink): about
-    the cost of the bytes really written, whatever the file's size."""
-    argv = ["cp", "--sparse=always", "--reflink=auto", "--", str(source), str(target)]
+    """A private copy that keeps holes and shares blocks where the filesystem can (reflink):
+    about the cost of the bytes really written, whatever the file's size, and on its way to
+    the disk as it is made (sparsecopy.py)."""
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=_COPY_TIMEOUT)
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise BackendError(f"copying {source.name}: {exc}") from exc
-    if done.returncode != 0:
-        raise BackendError(f"copying {source.name}: {done.stderr.strip()}")
-    os.chmod(target, 0o600)
+        copy_image(source, target)
+    except OSError as exc:
+        raise BackendError(f"copying {source.name}: {exc.strerror or exc}") from exc
 
 
 def write_stream(path: Path, chunks: Iterable[bytes]) -> None:

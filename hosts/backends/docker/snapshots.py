@@ -11,10 +11,11 @@ image. What holds a sandbox's work is kept instead:
 - the workspace. On a local engine with sandbox disks (disk.py) a copy of the disk's image,
   taken with the sandbox's writers frozen: the container is paused (the freezer cgroup stops
   each of its processes where it is), its filesystem frozen (fsfreeze: everything written so
-  far reaches the image, nothing more is written), the image copied with `cp --sparse=always
-  --reflink=auto` (holes kept, blocks shared where the filesystem can: a 5 GB disk holding 1
-  GB costs about one copy of 1 GB), then thawed and unpaused. A command running meanwhile
-  is stopped for the copy and goes on afterwards, its timeout counting the pause. Elsewhere
+  far reaches the image, nothing more is written), the image copied as `cp --sparse=always
+  --reflink=auto` would (holes kept, blocks shared where the filesystem can: a 5 GB disk
+  holding 1 GB costs about one copy of 1 GB; sparsecopy.py), then thawed and unpaused. A
+  command running meanwhile is stopped for the copy and goes on afterwards, its timeout
+  counting the pause. Elsewhere
   (a remote engine: no disk of ours) a tar of /workspace read as the sandbox user, while the
   sandbox runs.
 - the home (/home/sandbox): where `pip install --user` puts packages (~/.local) and tools keep
