@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import threading
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -74,6 +75,29 @@ class AuditDraft:
 
 
 _current: ContextVar[AuditDraft | None] = ContextVar("sandhub_audit_draft", default=None)
+
+
+class _InFlight:
+    """How many audited service calls this process is serving at this moment (a nested one
+    counts apart)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.count = 0
+
+    def add(self, change: int) -> None:
+        with self._lock:
+            self.count += change
+
+
+_in_flight = _InFlight()
+
+
+def calls_in_flight() -> int:
+    """Audited service calls being served in this process now: housekeeping waits for none
+    before starting work that competes with them for the CPU (the warm pool's refill,
+    sandboxes/housekeeping/poolfill.py)."""
+    return _in_flight.count
 
 
 def current() -> AuditDraft:
@@ -136,6 +160,7 @@ def audited(
             assert isinstance(principal, Principal), "services take the principal first"
             draft = AuditDraft(action, kind, target_type, principal=principal)
             token = _current.set(draft)
+            _in_flight.add(1)
             try:
                 if atomic:
                     with change():
@@ -150,6 +175,7 @@ def audited(
                 raise
             finally:
                 _current.reset(token)
+                _in_flight.add(-1)
             if draft.written or _wanted(principal, draft):
                 _settle(principal, draft, "ok", "")
             return result

@@ -6,9 +6,11 @@ claimed, several at a time, never more than SANDHUB_POOL_STARTS_PER_HOST per hos
   REQUEST_GAP seconds however many claims asked meanwhile (a burst of 50 claims queues a few
   tasks, not 50 rows in the queue's table, and none in the claim's own request), and always
   once after the last ask: a refill that began before a claim may miss that claim's slot,
-  the one queued after it does not. With the ORM broker a queued task starts within the
-  broker's poll (0.2 s) when a worker is free. The one-minute schedule remains, for what
-  nothing asked for (a host back from the dead, a pool grown in admin).
+  the one queued after it does not. It waits for a lull (claims paused QUIET seconds and no
+  call being served in the process, at most MAX_DEFERRAL). With the ORM broker a queued
+  task starts within the broker's poll (0.2 s) when a worker is free. The one-minute
+  schedule remains, for what nothing asked for (a host back from the dead, a pool grown in
+  admin).
 - Each member is a slot reserved in the database before its container is made (a
   provisioning row, its slot unique per host and image). The reservation counts the host's
   provisioning rows in the same transaction, on PostgreSQL after locking the host's row
@@ -28,6 +30,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
@@ -43,6 +46,7 @@ from hosts.models import Host, Image
 from sandboxes.housekeeping.config import default_pool_size, instance_labels
 from sandboxes.models import WarmContainer, WarmContainerStatus
 from sandboxes.policy import limits
+from tenants.auditing import calls_in_flight
 
 logger = logging.getLogger(__name__)
 
@@ -75,10 +79,11 @@ def discard(member: WarmContainer, backend: SandboxBackend) -> None:
 
 class RefillRequests:
     """This process's asks for a refill, turned into at most one queued task per REQUEST_GAP,
-    once claims pause (QUIET, MAX_DEFERRAL), by a thread of its own (started on the first
-    ask, and again in a forked child)."""
+    once claims pause and no call is being served (QUIET, MAX_DEFERRAL), by a thread of its
+    own (started on the first ask, and again in a forked child)."""
 
-    def __init__(self) -> None:
+    def __init__(self, enqueue: Callable[[], None] | None = None) -> None:
+        self._enqueue = enqueue  # tests' own; else the module's, looked up when needed
         self._asked = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -97,7 +102,7 @@ class RefillRequests:
             self._asked.wait()
             self._wait_for_a_lull()
             try:
-                _enqueue()
+                (self._enqueue or _enqueue)()
             except Exception:  # the schedule refills anyway; nothing a claim must fail for
                 logger.warning("could not queue a warm-pool refill", exc_info=True)
             finally:
@@ -112,11 +117,15 @@ class RefillRequests:
         a refill begun mid-burst took half of two cores from the burst's own creates and
         first commands (bench/bench_lifecycle.py), and its members serve only the next
         burst anyway. Asks spaced wider than QUIET (one user's creates) wait QUIET alone.
+        The lull also waits for this process to serve no call: a burst's creates end before
+        its first commands do, and the refill would have taken the CPU from those.
         """
         first = time.monotonic()
         while True:
             self._asked.clear()  # an ask from now on queues one more task after this one
-            if not self._asked.wait(QUIET) or time.monotonic() - first >= MAX_DEFERRAL:
+            if time.monotonic() - first >= MAX_DEFERRAL:
+                return
+            if not self._asked.wait(QUIET) and calls_in_flight() == 0:
                 return
 
 

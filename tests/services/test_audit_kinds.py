@@ -15,7 +15,7 @@ from sandboxes import services
 from sandboxes.contract.errors import NotFound
 from sandboxes.models import CommandExecution
 from tenants import audit
-from tenants.auditing import AUDIT_VIEW, audited, change, unaudited
+from tenants.auditing import AUDIT_VIEW, audited, calls_in_flight, change, unaudited
 from tenants.models import AuditKind, AuditLog, Team
 from tenants.principal import Principal
 
@@ -186,3 +186,22 @@ def test_a_probe_whose_row_cannot_be_written_stores_nothing(fake_backend, docker
     docker_host.refresh_from_db()
     assert docker_host.last_probe_at == probed_at
     assert [r.outcome for r in rows("host.probe")] == ["ok", "error"]
+
+
+def test_calls_in_flight_counts_a_call_while_it_is_served_whatever_its_end(as_alice):
+    """What the warm pool's refill waits on (poolfill.py): back to where it was after a
+    call, one that failed included."""
+    seen: list[int] = []
+
+    @audited("test.counted", kind=AuditKind.VIEW)
+    def counted(principal: Principal, fail: bool) -> None:
+        seen.append(calls_in_flight())
+        if fail:
+            raise NotFound("nothing here")
+
+    before = calls_in_flight()
+    counted(as_alice, False)
+    with pytest.raises(NotFound):
+        counted(as_alice, True)
+    assert seen == [before + 1, before + 1]
+    assert calls_in_flight() == before

@@ -19,6 +19,8 @@ from django_q.models import Schedule, Success
 from sandboxes import services
 from sandboxes.housekeeping import poolfill
 from sandboxes.models import WarmContainer
+from tenants.auditing import audited, calls_in_flight
+from tenants.models import AuditKind
 from tenants.principal import Principal
 from tests.engine import engine_cleaning_up
 from tests.fakes import FakeBackend
@@ -89,7 +91,7 @@ def test_refills_together_start_at_most_the_bound_per_host(
     assert ready() == 6 and starts["most"] == 2
 
 
-def test_a_refill_is_asked_for_once_per_gap_however_many_claims(monkeypatch):
+def test_a_refill_is_asked_for_once_per_gap_however_many_claims():
     """A burst of claims queues a few tasks, not one each; an ask after the last queued
     task still queues one more (nothing it asked for is left to the schedule)."""
     queued: list[float] = []
@@ -99,8 +101,7 @@ def test_a_refill_is_asked_for_once_per_gap_however_many_claims(monkeypatch):
         queued.append(time.monotonic())
         enqueued.release()
 
-    monkeypatch.setattr(poolfill, "_enqueue", enqueue)
-    requests = poolfill.RefillRequests()
+    requests = poolfill.RefillRequests(enqueue)
     for _ in range(50):
         requests.ask()
     assert enqueued.acquire(timeout=10)  # the burst's first task
@@ -116,8 +117,8 @@ def test_a_refill_waits_for_claims_to_pause_but_not_forever(monkeypatch):
     monkeypatch.setattr(poolfill, "QUIET", 0.5)
     monkeypatch.setattr(poolfill, "MAX_DEFERRAL", 1.5)
     queued: list[float] = []
-    monkeypatch.setattr(poolfill, "_enqueue", lambda: queued.append(time.monotonic()))
-    requests = poolfill.RefillRequests()
+    # Its own enqueue: another test's requester thread may still queue its last task.
+    requests = poolfill.RefillRequests(lambda: queued.append(time.monotonic()))
     started = time.monotonic()
     while time.monotonic() - started < 1.0:  # a burst shorter than MAX_DEFERRAL
         requests.ask()
@@ -133,6 +134,54 @@ def test_a_refill_waits_for_claims_to_pause_but_not_forever(monkeypatch):
         requests.ask()
         time.sleep(0.02)
     assert queued and queued[0] - started < 3.0  # queued during it, not after
+
+
+def test_a_refill_waits_for_the_calls_being_served_but_not_forever(monkeypatch):
+    """A burst's creates end before its first commands do: the refill is not queued while
+    the process still serves calls, until MAX_DEFERRAL."""
+    monkeypatch.setattr(poolfill, "QUIET", 0.2)
+    monkeypatch.setattr(poolfill, "MAX_DEFERRAL", 2.0)
+    queued: list[float] = []
+    # Its own enqueue: another test's requester thread may still queue its last task.
+    requests = poolfill.RefillRequests(lambda: queued.append(time.monotonic()))
+    serving = threading.Event()
+    ended: list[float] = []
+
+    @audited("test.call", kind=AuditKind.VIEW)
+    def a_call(principal: Principal) -> None:
+        serving.set()
+        time.sleep(0.8)  # a first command, running after the last claim
+        ended.append(time.monotonic())
+
+    caller = threading.Thread(target=a_call, args=(SYSTEM,))
+    caller.start()
+    assert serving.wait(5)
+    assert calls_in_flight() >= 1
+    requests.ask()
+    caller.join(10)
+    time.sleep(0.6)
+    assert len(queued) == 1 and queued[0] >= ended[0]  # after the call, not after QUIET
+    assert calls_in_flight() == 0
+
+    queued.clear()
+    stuck = threading.Event()
+
+    @audited("test.call", kind=AuditKind.VIEW)
+    def a_long_call(principal: Principal) -> None:
+        stuck.wait(10)
+
+    caller = threading.Thread(target=a_long_call, args=(SYSTEM,))
+    caller.start()
+    try:
+        asked = time.monotonic()
+        requests.ask()
+        deadline = time.monotonic() + 5
+        while not queued and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert queued and 2.0 <= queued[0] - asked < 3.0  # MAX_DEFERRAL bounds the wait
+    finally:
+        stuck.set()
+        caller.join(10)
 
 
 # --- a real cluster ------------------------------------------------------------------------
