@@ -3,6 +3,7 @@ the bytes, the holes, the size, the mode; and nothing left behind when it fails.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -58,15 +59,20 @@ def test_a_file_of_holes_only_copies_as_one(tmp_path):
     assert allocated(target) < MB
 
 
-def test_a_failed_copy_leaves_no_target_and_says_why(tmp_path, monkeypatch):
-    source, target = tmp_path / "disk.img", tmp_path / "copy.img"
-    sparse_image(source)
+def in_kernel_copy_failing(monkeypatch: pytest.MonkeyPatch, code: int, message: str) -> None:
+    """No reflink here, and copy_file_range failing with `code` on every call."""
 
     def failing(*args: object) -> int:
-        raise OSError(28, "No space left on device")
+        raise OSError(code, message)
 
     monkeypatch.setattr(sparsecopy, "_reflinked", lambda source, target: False)
     monkeypatch.setattr(sparsecopy.os, "copy_file_range", failing)
+
+
+def test_a_failed_copy_leaves_no_target_and_says_why(tmp_path, monkeypatch):
+    source, target = tmp_path / "disk.img", tmp_path / "copy.img"
+    sparse_image(source)
+    in_kernel_copy_failing(monkeypatch, errno.ENOSPC, "No space left on device")
     with pytest.raises(BackendError, match="No space left on device"):
         copy_sparse(source, target)
     assert not target.exists()
@@ -85,12 +91,7 @@ def test_where_the_kernel_refuses_to_copy_the_bytes_go_through_the_process(tmp_p
     """copy_file_range between filesystems of two kinds is EXDEV on recent kernels."""
     source, target = tmp_path / "disk.img", tmp_path / "copy.img"
     sparse_image(source)
-
-    def refused(*args: object) -> int:
-        raise OSError(18, "Invalid cross-device link")
-
-    monkeypatch.setattr(sparsecopy, "_reflinked", lambda source, target: False)
-    monkeypatch.setattr(sparsecopy.os, "copy_file_range", refused)
+    in_kernel_copy_failing(monkeypatch, errno.EXDEV, "Invalid cross-device link")
     copy_sparse(source, target)
     assert target.read_bytes() == source.read_bytes()
     assert allocated(target) < 8 * MB + 8 * MB
