@@ -8,6 +8,8 @@ but a shell and coreutils (timeout, base64).
 
 from __future__ import annotations
 
+import re
+
 # How the wrapper reports its own failures (the command could not start, or what it left
 # behind could not be stopped): this exit status, and on stderr one line
 # `\nsandhub-exec <marker> <kind>: <reason>\n`, written in one write() (under PIPE_BUF, so no
@@ -195,6 +197,15 @@ not be stopped within LIMIT_S s"
 exit $rc
 """
 )
+
+_SWEPT_STATUS = re.compile(r"^the command ended \(status (\d+)\), but processes")
+
+
+def status_before_the_sweep(reason: str) -> int | None:
+    """The command's own exit status in a NOTICE_SWEEP reason (the wrapper above writes it)."""
+    found = _SWEPT_STATUS.match(reason)
+    return int(found.group(1)) if found else None
+
 
 # Kills every process whose environment carries the marker given as $1, and waits until
 # they are reaped (the caller's deadline passed with the command's stream still open).

@@ -37,6 +37,7 @@ from hosts.backends.execscripts import (
     WRAPPER,
     WRAPPER_FAILED,
     Notice,
+    status_before_the_sweep,
 )
 from hosts.backends.fallback.primitive import CouldNotStart, Deadline, PlainExec
 from hosts.backends.options import CommandOptions
@@ -126,9 +127,7 @@ class PlainCommands:
         if not finished:
             self.kill_marked(state, marker)
         if notice.reason is not None and exit_code == WRAPPER_FAILED:
-            if notice.kind == NOTICE_SWEEP:
-                self.kill_marked(state, marker)
-            raise BackendError(notice.reason)
+            exit_code = self._after_a_failed_sweep(state, marker, notice)
         if exit_code == _CANNOT_RUN:  # no cwd, say: is the whole sandbox gone?
             self.place.after_missing(state)
         # `timeout` exits 124 (137 if SIGKILL was needed); a command may exit so itself (137
@@ -146,12 +145,28 @@ class PlainCommands:
             duration_seconds=duration,
         )
 
-    def kill_marked(self, state: dict[str, Any], marker: str) -> None:
-        """Best effort, from a second exec: the caller already has its answer."""
+    def _after_a_failed_sweep(self, state: dict[str, Any], marker: str, notice: Notice) -> int:
+        """The command's exit status where the wrapper's sweep ran out of time but a second
+        one, from a new exec, ended what the command left behind; else BackendError.
+
+        The first sweep stops (SIGSTOP) what it finds before it gives up, and a stopped
+        process forks no more: in a sandbox with little CPU on a loaded host, a fork bomb
+        outran the first sweep's 10 s and not the second's."""
+        status = status_before_the_sweep(notice.reason or "")
+        if notice.kind != NOTICE_SWEEP or status is None:
+            raise BackendError(notice.reason)
+        if not self.kill_marked(state, marker):
+            raise BackendError(notice.reason)
+        return status
+
+    def kill_marked(self, state: dict[str, Any], marker: str) -> bool:
+        """Best effort, from a second exec: whether every process carrying the marker is
+        gone (the caller already has its answer, or says why it has none)."""
         try:
-            self.script(state, KILL_MARKED, "sandhub-kill", marker)
+            return self.script(state, KILL_MARKED, "sandhub-kill", marker).exit_code == 0
         except Exception:
             logger.warning("could not kill the processes of command %s", marker, exc_info=True)
+            return False
 
     def script(
         self,
