@@ -15,9 +15,8 @@ image. What holds a sandbox's work is kept instead:
   --reflink=auto` would (holes kept, blocks shared where the filesystem can: a 5 GB disk
   holding 1 GB costs about one copy of 1 GB; sparsecopy.py), then thawed and unpaused. A
   command running meanwhile is stopped for the copy and goes on afterwards, its timeout
-  counting the pause. Elsewhere
-  (a remote engine: no disk of ours) a tar of /workspace read as the sandbox user, while the
-  sandbox runs.
+  counting the pause. Elsewhere (a remote engine: no disk of ours) a tar of /workspace read
+  as the sandbox user, while the sandbox runs.
 - the home (/home/sandbox): where `pip install --user` puts packages (~/.local) and tools keep
   their settings; a tar read as the sandbox user just before the workspace is frozen (a
   paused container runs no exec). /tmp is scratch and is not kept.

@@ -12,9 +12,8 @@ for the flush.
   every block and costs nothing to write.
 - Otherwise the source's data extents (SEEK_DATA / SEEK_HOLE), each copied in the kernel
   (copy_file_range: no bytes through this process; read and written here where the kernel
-  refuses the pair of files), the holes left holes and the size set
-  at the end (`cp --sparse=always` does the same for a disk image, whose unwritten blocks
-  are holes).
+  refuses the pair of files), the holes left holes and the size set at the end (`cp
+  --sparse=always` does the same for a disk image, whose unwritten blocks are holes).
 """
 
 from __future__ import annotations
