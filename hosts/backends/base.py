@@ -8,10 +8,19 @@ everything it needs to find a sandbox again lives in the JSON `state` it returns
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
+from hosts.backends.errors import (  # noqa: F401 - the interface's errors, named here too
+    BackendError,
+    HostKeyRejected,
+    PortClosed,
+    SandboxGone,
+    TerminalGone,
+    Unsupported,
+)
+from hosts.backends.interactive import InteractiveMethods, TerminalStream  # noqa: F401
 from hosts.backends.types import (  # noqa: F401 - the interface's values, named here too
     CONSUMED_BY_ONE,
     LABEL_INSTANCE,
@@ -24,42 +33,16 @@ from hosts.backends.types import (  # noqa: F401 - the interface's values, named
     ManagedResource,
     ManifestEntry,
     ManifestPage,
+    OutputCallback,
     ProbeResult,
     SandboxSpec,
     SnapshotTaken,
+    TerminalInfo,
+    UsageSample,
 )
 
 if TYPE_CHECKING:
     from hosts.models import Host
-
-# Called with ("stdout" | "stderr", chunk) while a command runs, for live output.
-OutputCallback = Callable[[str, bytes], None]
-
-
-class BackendError(Exception):
-    """The host could not do what was asked (unreachable, engine error, ...)."""
-
-
-class SandboxGone(BackendError):
-    """The sandbox's container or directory no longer exists on the host."""
-
-
-class Unsupported(BackendError):
-    pass
-
-
-class PortClosed(BackendError):
-    """Nothing listens on that port inside the sandbox (connection refused), or the listener
-    is not the sandbox's own (on a host shared by several sandboxes)."""
-
-
-class HostKeyRejected(BackendError):
-    """The host presented a key that is not the pinned one, or none is pinned yet: nothing
-    was sent to it. `fingerprint` is what it presented (SHA256:...), for the admin to check."""
-
-    def __init__(self, message: str, *, key_type: str = "", fingerprint: str = "") -> None:
-        super().__init__(message)
-        self.key_type, self.fingerprint = key_type, fingerprint
 
 
 @dataclass(frozen=True)
@@ -103,8 +86,9 @@ class PortStream(abc.ABC):
         self.close()
 
 
-class SandboxBackend(abc.ABC):
-    """Lifecycle, commands and files of sandboxes on one host."""
+class SandboxBackend(InteractiveMethods, abc.ABC):
+    """Lifecycle, commands and files of sandboxes on one host (terminals, shell sessions and
+    usage samples: interactive.py)."""
 
     kind: str = ""
 

@@ -4,8 +4,12 @@ probes see, and the head-and-tail buffer that keeps a command's output bounded."
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+# Called with ("stdout" | "stderr", chunk) while a command runs, for live output.
+OutputCallback = Callable[[str, bytes], None]
 
 
 @dataclass(frozen=True)
@@ -173,3 +177,33 @@ class HeadTailBuffer:
         cut = self.total - len(self._head) - len(self._tail)
         middle = f"\n... [{cut} bytes cut] ...\n".encode() if marker else b""
         return bytes(self._head) + middle + bytes(self._tail)
+
+
+@dataclass(frozen=True)
+class TerminalInfo:
+    """A terminal or a shell session running in a sandbox (list_terminals)."""
+
+    terminal_id: str
+    kind: str  # "terminal" (a PTY for a person) | "shell" (an agent's shell session)
+    pid: int  # the holder's pid in the sandbox
+    started_at: float  # unix time, by the sandbox's clock
+    last_activity: float  # unix time of the last input, output or attach
+    attached: int  # clients attached now
+
+
+@dataclass(frozen=True)
+class UsageSample:
+    """What a sandbox uses at one moment, read from its own cgroup and disk (sample_usage).
+
+    CPU is a counter: the percentage is the difference of two samples over their interval,
+    against `cpu_limit` cores. None where the sandbox cannot tell (the file is missing)."""
+
+    at: float  # unix time
+    cpu_seconds: float | None  # CPU time used since the sandbox started (all its processes)
+    cpu_limit: float | None  # cores
+    memory_bytes: int | None  # without the page cache the kernel can drop
+    memory_limit_bytes: int | None
+    disk_used_bytes: int | None  # of /workspace
+    disk_limit_bytes: int | None
+    pids: int | None
+    pids_limit: int | None
