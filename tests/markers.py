@@ -26,12 +26,27 @@ FIXTURES = {
 }
 
 
+# What gives a test the database (pytest-django refuses every other test a query): the
+# django_db marker, or one of these fixtures, directly or through others.
+DATABASE_FIXTURES = {
+    "db",
+    "transactional_db",
+    "django_db_reset_sequences",
+    "django_db_serialized_rollback",
+    "django_db_setup",
+    "live_db",
+}
+
+
 def mark_by_fixtures(items: Iterable[pytest.Item]) -> None:
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
         for marker, fixtures in FIXTURES.items():
             if used & fixtures:
                 item.add_marker(marker)
+        if not used & DATABASE_FIXTURES and item.get_closest_marker("django_db") is None:
+            # Runs the same on every database: CI runs it once (.ci/run).
+            item.add_marker("no_database")
 
 
 def mark_folder(
