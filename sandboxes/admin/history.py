@@ -11,13 +11,13 @@ from django.utils.html import format_html
 
 from hosts.admin.actions import apply_each
 from sandboxes import services
-from sandboxes.admin.columns import human_duration, truncated
+from sandboxes.contract.formatting import human_duration
 from sandboxes.contract.errors import InvalidInput
 from sandboxes.models import (
     CommandExecution,
     CommandStatus,
 )
-from tenants.admin import ReadOnlyAdminMixin, admin_principal, pretty_json
+from tenants.admin import ReadOnlyAdminMixin, admin_principal, pretty_json, truncated
 
 
 @admin.register(CommandExecution)
