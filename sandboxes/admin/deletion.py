@@ -76,6 +76,4 @@ class DeleteThroughServiceMixin:
             "media": self.media,
         }
         request.current_app = self.admin_site.name
-        return TemplateResponse(
-            request, "admin/delete_through_service_confirmation.html", context
-        )
+        return TemplateResponse(request, "admin/delete_through_service_confirmation.html", context)

@@ -11,8 +11,8 @@ from django.utils.html import format_html
 
 from hosts.admin.actions import apply_each
 from sandboxes import services
-from sandboxes.contract.formatting import human_duration
 from sandboxes.contract.errors import InvalidInput
+from sandboxes.contract.formatting import human_duration
 from sandboxes.models import (
     CommandExecution,
     CommandStatus,

@@ -253,11 +253,7 @@ class AuditLogAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         return pretty_json(entry.details)
 
 
-# --- API keys --------------------------------------------------------------------------------
-# ApiKeyAdmin (list, create showing the key once, revoke) lives in its own module and
-# registers itself on import.
-from tenants.admin import apikeys  # noqa: E402, F401
-
-# --- users -----------------------------------------------------------------------------------
-# Django's user admin, with the user's team memberships inline (tenants/admin/users.py).
-from tenants.admin import users  # noqa: E402, F401
+# --- API keys, users ------------------------------------------------------------------------
+# ApiKeyAdmin (list, create showing the key once, revoke) and Django's user admin with the
+# user's team memberships inline (users.py) live in their own modules and register on import.
+from tenants.admin import apikeys, users  # noqa: E402, F401

@@ -28,7 +28,8 @@ class UserMembershipForm(forms.ModelForm):
         fields = ["team", "role"]
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         # Moving a membership to another team would be a removal and an addition: each its
         # own audited service call, so the admin says so instead of guessing.
         if self.instance.pk is not None and "team" in self.changed_data:
@@ -81,7 +82,13 @@ class MemberUserAdmin(UserAdmin):
         for membership in list(formset.new_objects):
             principal = admin_principal(request, membership.team)
             created = call_service(
-                self, request, services.add_member, principal, membership.team, user, membership.role
+                self,
+                request,
+                services.add_member,
+                principal,
+                membership.team,
+                user,
+                membership.role,
             )
             if created is not None:
                 _adopt(membership, created)

@@ -50,7 +50,9 @@ def test_one_save_creates_a_user_with_his_team_and_role(staff_client: Client, wo
         "usable_password": "true",
         "password1": PASSWORD,
         "password2": PASSWORD,
-        **inline([{"team": world.team.pk, "role": Role.ADMIN}, {"team": other.pk, "role": "viewer"}]),
+        **inline(
+            [{"team": world.team.pk, "role": Role.ADMIN}, {"team": other.pk, "role": "viewer"}]
+        ),
     }
     response = staff_client.post(ADD, data)
     assert response.status_code == 302, response.content.decode()[:3000]
@@ -97,9 +99,7 @@ def test_moving_a_membership_to_another_team_is_refused_on_the_form(
     assert Membership.objects.get(pk=membership.pk).team == world.team
 
 
-def test_a_refusal_of_the_service_is_shown(
-    staff_client: Client, world: World, monkeypatch
-) -> None:
+def test_a_refusal_of_the_service_is_shown(staff_client: Client, world: World, monkeypatch) -> None:
     from tenants.errors import Conflict
 
     def refuse(*args: Any) -> None:

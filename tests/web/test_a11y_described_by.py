@@ -43,7 +43,9 @@ def dangling(html: str) -> tuple[list[str], list[str]]:
     parser = Ids()
     parser.feed(html)
     named = [target for _, target in parser.described]
-    missing = [f"{who} -> #{target}" for who, target in parser.described if target not in parser.ids]
+    missing = [
+        f"{who} -> #{target}" for who, target in parser.described if target not in parser.ids
+    ]
     return named, missing
 
 

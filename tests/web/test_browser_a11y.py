@@ -26,8 +26,12 @@ AA = 4.5
 CONTRAST = """
 (el) => {
   const rgb = (text) => text.match(/[\\d.]+/g).map(Number);
-  const channel = (c) => { c /= 255; return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4; };
-  const luminance = ([r, g, b]) => 0.2126 * channel(r) + 0.7152 * channel(g) + 0.0722 * channel(b);
+  const channel = (c) => {
+    c /= 255;
+    return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4;
+  };
+  const luminance = ([r, g, b]) =>
+    0.2126 * channel(r) + 0.7152 * channel(g) + 0.0722 * channel(b);
   let back = el, background = null;
   while (back) {
     const colour = rgb(getComputedStyle(back).backgroundColor);
@@ -45,11 +49,13 @@ SAMPLES = """
 <div class="card"><p id="s-card">card</p><p class="muted" id="s-card-muted">muted</p>
   <a href="#" id="s-card-link">link</a><small class="error" id="s-card-error">error</small>
   <small class="help" id="s-card-help">help</small>
-  <button id="s-button">primary</button> <button class="secondary" id="s-secondary">secondary</button>
+  <button id="s-button">primary</button>
+  <button class="secondary" id="s-secondary">secondary</button>
   <button class="danger" id="s-danger">danger</button></div>
 <div class="form-errors"><p id="s-form-error">refused</p></div>
 <ul class="messages"><li class="message" id="s-message">info</li>
-  <li class="message success" id="s-success">done</li><li class="message error" id="s-error">failed</li></ul>
+  <li class="message success" id="s-success">done</li>
+  <li class="message error" id="s-error">failed</li></ul>
 <p class="warning" id="s-warning">careful</p>
 """
 
@@ -138,7 +144,9 @@ def contrasts(page: Any) -> dict[str, float]:
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
-def test_badges_and_text_are_at_least_4_5_to_1(asgi_server, signed_in_state, chromium, scheme) -> None:
+def test_badges_and_text_are_at_least_4_5_to_1(
+    asgi_server, signed_in_state, chromium, scheme
+) -> None:
     page = signed_in(chromium, signed_in_state, scheme)
     page.goto(f"{asgi_server}/")
     found = contrasts(page)
@@ -161,7 +169,9 @@ def test_the_dark_scheme_is_dark(asgi_server, signed_in_state, chromium) -> None
         assert max(red, green, blue) < 64, f"not dark: {colour}"
 
 
-def test_a_fields_help_text_is_its_accessible_description(asgi_server, signed_in_state, chromium) -> None:
+def test_a_fields_help_text_is_its_accessible_description(
+    asgi_server, signed_in_state, chromium
+) -> None:
     page = signed_in(chromium, signed_in_state)
     page.goto(f"{asgi_server}/team/")
     field = page.locator("#id_username")

@@ -38,7 +38,13 @@ def make_world() -> dict[str, Any]:
     )
     image = Image.objects.create(name="python", reference="sandhub/sandbox:latest")
     sandbox = Sandbox.objects.create(
-        team=team, owner=owner, host=host, image=image, name="scratch", cpus=1.0, memory_mb=256,
+        team=team,
+        owner=owner,
+        host=host,
+        image=image,
+        name="scratch",
+        cpus=1.0,
+        memory_mb=256,
         pids_limit=64,
     )
     for n in range(3):
@@ -88,9 +94,7 @@ def test_admin_lists_fit_at_1280(asgi_server, admin_page, path) -> None:
         assert right <= min(box, 1280), f"{path}: {heading!r} ends at {right} px, off screen"
 
 
-def test_a_long_command_is_cut_with_its_whole_text_in_the_title(
-    asgi_server, admin_page
-) -> None:
+def test_a_long_command_is_cut_with_its_whole_text_in_the_title(asgi_server, admin_page) -> None:
     admin_page.goto(f"{asgi_server}/admin/sandboxes/commandexecution/")
     cell = admin_page.locator("#result_list td.field-short_command span").first
     assert cell.get_attribute("title") == LONG_COMMAND
