@@ -117,3 +117,18 @@ def test_a_refusal_of_the_service_is_shown(staff_client: Client, world: World, m
     response = staff_client.post(ADD, data, follow=True)
     assert any("refused for the test" in m for m in messages_of(response))
     assert not Membership.objects.filter(user__username="newcomer").exists()
+
+
+def test_the_same_team_twice_is_refused_on_the_form(staff_client: Client, world: World) -> None:
+    data = {
+        "username": "newcomer",
+        "usable_password": "true",
+        "password1": PASSWORD,
+        "password2": PASSWORD,
+        **inline([{"team": world.team.pk, "role": Role.MEMBER}] * 2),
+    }
+    response = staff_client.post(ADD, data)
+    assert response.status_code == 200
+    assert "Please correct the duplicate data" in response.content.decode()
+    assert not get_user_model().objects.filter(username="newcomer").exists()
+    assert audit_actions("newcomer") == []
