@@ -1,5 +1,5 @@
 """Admin in a real headless Chromium at 1280x800, against the live server: the command
-executions', hosts' and teams' lists fit their container (no horizontal scroll) with their
+executions', hosts' and teams' lists (and the sandboxes' and audit log's) fit their container (no horizontal scroll) with their
 important columns in view, and a new user is made a member of a team with a role in the
 same form that creates him (the membership added through tenants.services, audited)."""
 
@@ -12,7 +12,9 @@ from django.contrib.auth import get_user_model
 
 from hosts.models import Host, Image
 from sandboxes.models import CommandExecution, CommandStatus, Sandbox
+from tenants import audit
 from tenants.models import AuditLog, Channel, Membership, Role, Team
+from tenants.principal import Principal
 from tests.web.helpers import off_loop
 
 PASSWORD = "correct-horse-battery"
@@ -21,6 +23,8 @@ LISTS = {
     "/admin/sandboxes/commandexecution/": ["command", "status", "exit code", "duration"],
     "/admin/hosts/host/": ["name", "state", "sandboxes", "host key"],
     "/admin/tenants/team/": ["slug", "name", "members", "per sandbox"],
+    "/admin/sandboxes/sandbox/": ["public id", "name", "status"],
+    "/admin/tenants/auditlog/": ["created at", "action", "outcome"],
 }
 
 
@@ -57,6 +61,8 @@ def make_world() -> dict[str, Any]:
             exit_code=n,
             duration_seconds=184.2 + n,
         )
+    principal = Principal(user=owner, team=team, channel=Channel.WEB, source_address="10.0.0.7")
+    audit.record(principal, "sandbox.create", target_type="sandbox", target_id=sandbox.public_id)
     return {"team": team}
 
 
