@@ -1,7 +1,8 @@
 """Admin in a real headless Chromium at 1280x800, against the live server: the command
 executions', hosts' and teams' lists (and the sandboxes' and audit log's) fit their
-container (no horizontal scroll) with their important columns in view, and a new user is made a member of a team with a role in the
-same form that creates him (the membership added through tenants.services, audited)."""
+container (no horizontal scroll) with their important columns in view, and a new user is
+made a member of a team with a role in the same form that creates him (the membership added
+through tenants.services, audited)."""
 
 from __future__ import annotations
 
