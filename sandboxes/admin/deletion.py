@@ -2,7 +2,8 @@
 
 Named like Django's own bulk delete, so it replaces it: a sandbox or a snapshot is deleted
 through the services (what it holds on its host removed, audited under its team), and its row
-stays as history. The confirmation page is Django's, told what is really removed.
+stays as history. The confirmation page (templates/admin/delete_through_service_confirmation.html)
+says what is removed and what stays, instead of Django's "everything will be deleted".
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ class DeleteThroughServiceMixin:
     """For a ModelAdmin of rows with `team`, `public_id` and a `status` ("deleted" once gone)."""
 
     delete_permission: str  # Django's "delete" permission grants deleting through the service
-    delete_subtitle: str  # what deleting removes, on the confirmation page
+    # On the confirmation page: what deleting removes, and what stays as history.
+    delete_removes: tuple[str, ...]
+    delete_keeps: tuple[str, ...]
     admin_site: Any
     opts: Any
     media: Any
@@ -60,7 +63,8 @@ class DeleteThroughServiceMixin:
         context: dict[str, Any] = {
             **self.admin_site.each_context(request),
             "title": f"Delete {plural}",
-            "subtitle": self.delete_subtitle,
+            "delete_removes": self.delete_removes,
+            "delete_keeps": self.delete_keeps,
             "objects_name": plural if count != 1 else singular,
             "deletable_objects": [[f"{r} ({r.team}, {r.status})" for r in queryset]],  # type: ignore[attr-defined]
             "model_count": {plural: count}.items(),
@@ -72,4 +76,4 @@ class DeleteThroughServiceMixin:
             "media": self.media,
         }
         request.current_app = self.admin_site.name
-        return TemplateResponse(request, "admin/delete_selected_confirmation.html", context)
+        return TemplateResponse(request, "admin/delete_through_service_confirmation.html", context)

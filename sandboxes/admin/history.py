@@ -12,27 +12,27 @@ from django.utils.html import format_html
 from hosts.admin.actions import apply_each
 from sandboxes import services
 from sandboxes.contract.errors import InvalidInput
+from sandboxes.contract.formatting import human_duration
 from sandboxes.models import (
     CommandExecution,
     CommandStatus,
 )
-from tenants.admin import ReadOnlyAdminMixin, admin_principal, pretty_json
+from tenants.admin import ReadOnlyAdminMixin, admin_principal, pretty_json, truncated
 
 
 @admin.register(CommandExecution)
 class CommandExecutionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    # What was run and how it ended first, so they fit at 1280 px beside the filters: the
+    # channel, kind and background flag are filters (and on the change page) instead.
     list_display = [
         "id",
-        "created_at",
-        "sandbox",
-        "actor",
-        "channel",
-        "kind",
         "short_command",
         "status",
         "exit_code",
-        "duration_seconds",
-        "background",
+        "duration",
+        "sandbox",
+        "actor",
+        "created_at",
     ]
     list_filter = ["status", "channel", "kind", "background", "created_at"]
     search_fields = ["command", "sandbox__public_id", "actor__username"]
@@ -59,7 +59,7 @@ class CommandExecutionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         ),
         (
             "Times",
-            {"fields": ["created_at", "started_at", "finished_at", "duration_seconds"]},
+            {"fields": ["created_at", "started_at", "finished_at", "duration"]},
         ),
         # Background commands only: the job in the sandbox (its log path) and the lease of
         # the worker supervising it (sandboxes/tasks.py).
@@ -108,10 +108,13 @@ class CommandExecutionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     def background_state_pretty(self, execution: CommandExecution) -> str:
         return pretty_json(execution.background_state)
 
-    @admin.display(description="command")
+    @admin.display(description="command", ordering="command")
     def short_command(self, execution: CommandExecution) -> str:
-        text = execution.command
-        return text if len(text) <= 80 else text[:79] + "…"
+        return truncated(execution.command)
+
+    @admin.display(description="duration", ordering="duration_seconds")
+    def duration(self, execution: CommandExecution) -> str:
+        return human_duration(execution.duration_seconds)
 
     @admin.display(description="command")
     def command_pretty(self, execution: CommandExecution) -> str:

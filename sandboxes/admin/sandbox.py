@@ -94,8 +94,14 @@ class SandboxAdmin(DeleteThroughServiceMixin, LifecycleActions, admin.ModelAdmin
     # delete_selected replaces Django's bulk delete (deletion.py).
     actions = ["delete_selected", *LIFECYCLE_ACTIONS]
     delete_permission = "sandboxes.delete_sandbox"
-    delete_subtitle = (
-        "Their containers and workspaces are destroyed; the records and command history stay."
+    delete_removes = (
+        "each sandbox's container or directory on its host, with its workspace files",
+        "its running processes, terminals and open previews",
+    )
+    delete_keeps = (
+        "each sandbox's record, marked deleted",
+        "its command history",
+        "the audit log",
     )
 
     def save_model(self, request: HttpRequest, obj: Sandbox, form: Any, change: bool) -> None:

@@ -56,7 +56,8 @@ class SnapshotAdmin(DeleteThroughServiceMixin, ReadOnlyAdminMixin, admin.ModelAd
     # delete_selected replaces Django's bulk delete (deletion.py).
     actions = ["delete_selected"]
     delete_permission = "sandboxes.delete_snapshot"
-    delete_subtitle = "Their files are removed from their hosts; the records stay."
+    delete_removes = ("each snapshot's files on its host",)
+    delete_keeps = ("each snapshot's record, marked deleted", "the audit log")
 
     def delete_through_service(self, principal: Principal, public_id: str) -> None:
         services.delete_snapshot(principal, public_id)

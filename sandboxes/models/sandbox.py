@@ -130,6 +130,8 @@ class Sandbox(models.Model):
     objects = SandboxQuerySet.as_manager()
 
     class Meta:
+        # Not Django's "sandboxs" (sidebar, breadcrumbs, the delete action's name).
+        verbose_name_plural = "sandboxes"
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["team", "status"], name="sandbox_team_status")]
         constraints = [

@@ -19,10 +19,11 @@ from tenants.admin.base import (  # re-exported: the other apps' admins import t
     admin_principal,
     call_service,
     pretty_json,
+    truncated,
 )
 from tenants.models import AuditLog, Membership, Team
 
-__all__ = ["ReadOnlyAdminMixin", "admin_principal", "pretty_json"]
+__all__ = ["ReadOnlyAdminMixin", "admin_principal", "pretty_json", "truncated"]
 
 
 class MembershipForm(forms.ModelForm):
@@ -61,20 +62,16 @@ class MembershipInline(admin.TabularInline):
 
 @admin.register(Team)
 class TeamAdmin(admin.ModelAdmin):
+    # Fits at 1280 px beside the filters: the per-sandbox limits in one column, the quotas
+    # one by one on the change page.
     list_display = [
         "slug",
         "name",
         "member_count",
         "max_running_sandboxes",
-        "max_cpus_per_sandbox",
-        "max_memory_mb_per_sandbox",
-        "max_disk_mb_per_sandbox",
-        "max_snapshots",
-        "max_snapshot_mb",
-        "max_lifetime_minutes",
+        "sandbox_limits",
         "idle_action",
         "allow_network",
-        "allow_public_previews",
         "created_at",
     ]
     list_filter = ["allow_network", "allow_public_previews", "created_at"]
@@ -141,6 +138,13 @@ class TeamAdmin(admin.ModelAdmin):
     @admin.display(description="members", ordering="_member_count")
     def member_count(self, team: Team) -> int:
         return team._member_count  # type: ignore[attr-defined]  # the annotation above
+
+    @admin.display(description="per sandbox")
+    def sandbox_limits(self, team: Team) -> str:
+        return (
+            f"{team.max_cpus_per_sandbox:g} CPU · {team.max_memory_mb_per_sandbox} MB · "
+            f"{team.max_disk_mb_per_sandbox} MB disk · {team.max_lifetime_minutes} min"
+        )
 
     def save_formset(
         self, request: HttpRequest, form: forms.ModelForm, formset: Any, change: bool
@@ -249,7 +253,7 @@ class AuditLogAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         return pretty_json(entry.details)
 
 
-# --- API keys --------------------------------------------------------------------------------
-# ApiKeyAdmin (list, create showing the key once, revoke) lives in its own module and
-# registers itself on import.
-from tenants.admin import apikeys  # noqa: E402, F401
+# --- API keys, users ------------------------------------------------------------------------
+# ApiKeyAdmin (list, create showing the key once, revoke) and Django's user admin with the
+# user's team memberships inline (users.py) live in their own modules and register on import.
+from tenants.admin import apikeys, users  # noqa: E402, F401

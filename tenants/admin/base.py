@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from django.contrib import admin, messages
 from django.http import HttpRequest
 from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 from tenants.apikeys import clean_address
 from tenants.errors import ServiceError
@@ -75,3 +76,13 @@ def pretty_json(value: Any) -> str:
     # A class, not a style attribute: the Content-Security-Policy blocks inline style
     # (platform_site/csp.py); static/web/admin.css has the rule.
     return format_html("<pre class='sandhub-pre'>{}</pre>", text)
+
+
+def truncated(text: str, limit: int = 48) -> SafeString:
+    """A long value for a list column: cut at `limit` characters with "…" (and by CSS at the
+    column's width), whole in the title attribute (shown on hover, read by screen readers).
+    Escaped: commands and endpoints are user input."""
+    one_line = " ".join(text.split())
+    shown = one_line if len(one_line) <= limit else one_line[: limit - 1] + "…"
+    # static/web/admin.css: one line, cut with an ellipsis if the column is narrower still.
+    return format_html('<span class="sandhub-cut" title="{}">{}</span>', text, shown)
