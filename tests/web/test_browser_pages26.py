@@ -141,3 +141,40 @@ def test_an_invalid_create_brings_its_errors_into_view(stage, chromium, script):
     if script:  # the focus moves there too (a screen reader reads the errors)
         page.wait_for_function("document.activeElement.id === 'create-errors'")
     page.context.close()
+
+
+# --- 6. "Copy link": one button makes the link and copies it --------------------------------
+
+
+def test_copy_link_makes_the_link_and_copies_it_in_one_click(stage, chromium):
+    page = stage.page(chromium)
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=stage.server)
+    page.goto(f"{stage.server}/sandboxes/{stage.sandbox}/")
+    row = page.locator("tr.file-row", has_text="a.txt")
+    row.locator("button.copy-link").click()
+    row.locator(".link-copy-status.link-copied").wait_for()
+    assert row.locator(".link-copy-status").inner_text() == "Link copied to the clipboard."
+    link = row.locator("input.file-link").input_value()
+    assert link.startswith(f"{stage.server}/links/")
+    assert page.evaluate("navigator.clipboard.readText()") == link
+    assert row.locator("button", has_text="Copy").count() == 1  # no second button to press
+    page.context.close()
+
+
+def test_copy_link_refused_by_the_browser_leaves_the_link_selected(stage, chromium):
+    page = stage.page(chromium)
+    page.add_init_script(
+        "navigator.clipboard.writeText = () => Promise.reject(new Error('not allowed'));"
+    )
+    page.goto(f"{stage.server}/sandboxes/{stage.sandbox}/")
+    row = page.locator("tr.file-row", has_text="a.txt")
+    row.locator("button.copy-link").click()
+    status = row.locator(".link-copy-status")
+    page.wait_for_function(
+        "el => el.textContent.includes('by hand')", arg=status.element_handle()
+    )
+    field = row.locator("input.file-link")
+    assert field.evaluate("el => document.activeElement === el")
+    selected = field.evaluate("el => [el.selectionStart, el.selectionEnd, el.value.length]")
+    assert selected[0] == 0 and selected[1] == selected[2] > 0, selected
+    page.context.close()
