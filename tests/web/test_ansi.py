@@ -40,7 +40,9 @@ def test_sixteen_colours_bold_underline_and_reset():
 
 
 def test_256_colours_and_backgrounds_and_truecolor_to_the_nearest_class():
-    assert ansi_to_html(f"{ESC}[38;5;208;48;5;17mx") == '<span class="ansi-fg-208 ansi-bg-17">x</span>'
+    assert (
+        ansi_to_html(f"{ESC}[38;5;208;48;5;17mx") == '<span class="ansi-fg-208 ansi-bg-17">x</span>'
+    )
     assert ansi_to_html(f"{ESC}[44;39mx{ESC}[49my") == '<span class="ansi-bg-4">x</span>y'
     # 24-bit colours: the nearest of xterm's fixed 240 (pure red is 196, a near-grey a grey).
     assert ansi_to_html(f"{ESC}[38;2;250;5;5mx") == '<span class="ansi-fg-196">x</span>'

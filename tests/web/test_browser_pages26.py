@@ -170,11 +170,28 @@ def test_copy_link_refused_by_the_browser_leaves_the_link_selected(stage, chromi
     row = page.locator("tr.file-row", has_text="a.txt")
     row.locator("button.copy-link").click()
     status = row.locator(".link-copy-status")
-    page.wait_for_function(
-        "el => el.textContent.includes('by hand')", arg=status.element_handle()
-    )
+    page.wait_for_function("el => el.textContent.includes('by hand')", arg=status.element_handle())
     field = row.locator("input.file-link")
     assert field.evaluate("el => document.activeElement === el")
     selected = field.evaluate("el => [el.selectionStart, el.selectionEnd, el.value.length]")
     assert selected[0] == 0 and selected[1] == selected[2] > 0, selected
+    page.context.close()
+
+
+# --- 4. a preview where nothing listens --------------------------------------------------------
+
+
+def test_a_preview_where_nothing_listens_gets_a_styled_page(stage, chromium, world):
+    off_loop(lambda: services.get_preview_url(world.principal(), stage.sandbox, 8000))
+    page = stage.page(chromium)
+    violations: list[str] = []
+    page.on("console", lambda m: violations.append(m.text) if "Security Policy" in m.text else None)
+    response = page.goto(f"{stage.server}/preview/{stage.sandbox}/8000/")
+    assert response is not None and response.status == 502
+    assert page.inner_text("h1") == "Nothing answers on port 8000"
+    assert "python3 -m http.server 8000" in page.inner_text("main")
+    # The stylesheet applied (its hash is in the policy), and the policy refused nothing.
+    assert page.evaluate("getComputedStyle(document.body).maxWidth") == "672px"
+    assert page.evaluate("getComputedStyle(document.querySelector('main')).borderRadius") == "8px"
+    assert violations == []
     page.context.close()

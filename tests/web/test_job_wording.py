@@ -15,9 +15,14 @@ def limit_text(page: str) -> str:
 
 @pytest.mark.django_db
 def test_a_running_job_is_not_said_to_be_stopped(login, sandbox, alice, as_alice):
-    job = services.start_background(as_alice, sandbox, "echo started; sleep 30", max_runtime_seconds=600)
+    job = services.start_background(
+        as_alice, sandbox, "echo started; sleep 30", max_runtime_seconds=600
+    )
     client = login(alice)
-    for url in (f"/sandboxes/{sandbox}/jobs/{job.id}/", f"/sandboxes/{sandbox}/jobs/{job.id}/tail/"):
+    for url in (
+        f"/sandboxes/{sandbox}/jobs/{job.id}/",
+        f"/sandboxes/{sandbox}/jobs/{job.id}/tail/",
+    ):
         page = client.get(url).content.decode()
         assert limit_text(page) == "(will be stopped after 600 s if still running)"
         assert "(stopped after" not in page
