@@ -44,7 +44,7 @@ def list_deleted_sandboxes(principal: Principal) -> list[DeletedSandboxInfo]:
         current().target("team", principal.team.slug)
     rows = _team_sandboxes(principal, "see deleted sandboxes").filter(status=SandboxStatus.DELETED)
     rows = rows.order_by("-deleted_at", "-id")[:MAX_DELETED]
-    return [DeletedSandboxInfo.from_model(s) for s in rows]
+    return [DeletedSandboxInfo.of_deleted(s) for s in rows]
 
 
 @audited("command.list", "sandbox", kind=AUDIT_VIEW)

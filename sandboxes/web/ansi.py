@@ -123,7 +123,7 @@ def apply_sgr(style: Style, params: str) -> Style:
             colour, used = _extended(codes, i)
             i += used
             if colour is not None:
-                style = replace(style, **{"fg" if code == 38 else "bg": colour})
+                style = replace(style, fg=colour) if code == 38 else replace(style, bg=colour)
         elif code == 39:
             style = replace(style, fg=None)
         elif code == 49:
