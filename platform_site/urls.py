@@ -16,3 +16,8 @@ urlpatterns = [
     ),
     path("", include("sandboxes.web.urls")),  # the team web pages: Home, Hosts, API keys, Team
 ]
+
+# Unknown addresses and errors no view answered: JSON under /api/, pages elsewhere.
+handler404 = "platform_site.errors.not_found"
+handler403 = "platform_site.errors.permission_denied"
+handler500 = "platform_site.errors.server_error"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandboxes.proxy import redirects
+from sandboxes.proxy import failpage, redirects, routing
 from sandboxes.proxy.redirects import OffSite
 
 # Websocket close codes for a refusal before accepting (the browser sees a failed handshake
@@ -39,7 +39,26 @@ async def refuse(
     headers = [(b"cache-control", b"no-store")]
     if retry_after is not None:
         headers.append((b"retry-after", str(retry_after).encode()))
+    if status in PAGE_STATUSES and _wants_html(scope):
+        # A person in a browser: what happened and how to start the app (failpage.py).
+        page = failpage.page(status, message, routing.target_for(scope))
+        headers += [
+            (b"content-security-policy", failpage.CSP),
+            (b"x-content-type-options", b"nosniff"),
+        ]
+        await _say(send, status, "text/html; charset=utf-8", page, headers)
+        return
     await _say(send, status, "text/plain; charset=utf-8", f"{message}\n".encode(), headers)
+
+
+# The app's side failed (failures.py): a browser gets a page saying so; programs (and every
+# other refusal) the plain text line.
+PAGE_STATUSES = frozenset({502, 504})
+
+
+def _wants_html(scope: dict) -> bool:
+    accept = dict(scope.get("headers") or []).get(b"accept", b"")
+    return b"text/html" in accept.lower()
 
 
 async def redirect(send: Any, location: str, cookie: str | None = None) -> None:

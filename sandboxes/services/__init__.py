@@ -51,6 +51,7 @@ from sandboxes.services.files import (
     upload_files,
     write_file,
 )
+from sandboxes.services.history import history_command, list_deleted_sandboxes, sandbox_history
 from sandboxes.services.hostkeys import confirm_host_key, fetch_host_key
 from sandboxes.services.hosts import (
     list_hosts,
@@ -122,6 +123,9 @@ from sandboxes.services.synctar import TooLarge
 from sandboxes.services.workflows import run_once, run_tests
 
 __all__ = [
+    "history_command",
+    "list_deleted_sandboxes",
+    "sandbox_history",
     "BACKGROUND_TAIL_BYTES",
     "DEFAULT_TOKEN_SECONDS",
     "DEFAULT_WAIT_SECONDS",

@@ -7,6 +7,8 @@ the trigger, and the polling stops.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -45,6 +47,30 @@ def start(request: HttpRequest, sandbox_id: str) -> HttpResponse:
     return redirect("web:sandbox-job", sandbox_id, job.id)
 
 
+def runtime_note(job: BackgroundCheck) -> str:
+    """What the time limit means for the job as it stands: a promise while it runs, what
+    happened once it has ended."""
+    limit = f"{job.max_runtime_seconds:.0f} s"
+    if job.running or job.status == "queued":
+        return f"will be stopped after {limit} if still running"
+    notes = {
+        "timed_out": f"stopped after {limit}: its time limit",
+        "cancelled": "cancelled before its time limit",
+        "succeeded": f"ended by itself, within its time limit of {limit}",
+        "failed": f"ended by itself, within its time limit of {limit}",
+    }
+    return notes.get(job.status, "ended without running to its time limit")
+
+
+def _context(request: HttpRequest, sandbox_id: str, check: BackgroundCheck) -> dict[str, Any]:
+    return {
+        "sandbox_id": sandbox_id,
+        "job": check,
+        "runtime_note": runtime_note(check),
+        "can_write": identity_for(request).can_write,
+    }
+
+
 def _check(request: HttpRequest, sandbox_id: str, command_id: int) -> BackgroundCheck:
     return services.check_background(
         principal_for(request), sandbox_id, command_id, tail_lines=TAIL_LINES
@@ -59,7 +85,7 @@ def job(request: HttpRequest, sandbox_id: str, command_id: int) -> HttpResponse:
         check = _check(request, sandbox_id, command_id)
     except ServiceError as exc:
         return refused(request, exc)
-    context = {"sandbox": info, "job": check, "can_write": identity_for(request).can_write}
+    context = {"sandbox": info, **_context(request, sandbox_id, check)}
     return render(request, "web/sandbox/job.html", context)
 
 
@@ -71,12 +97,7 @@ def tail(request: HttpRequest, sandbox_id: str, command_id: int) -> HttpResponse
         check = _check(request, sandbox_id, command_id)
     except ServiceError as exc:
         return refused(request, exc)
-    context = {
-        "sandbox_id": sandbox_id,
-        "job": check,
-        "can_write": identity_for(request).can_write,
-    }
-    return render(request, "web/sandbox/_job_tail.html", context)
+    return render(request, "web/sandbox/_job_tail.html", _context(request, sandbox_id, check))
 
 
 @team_required

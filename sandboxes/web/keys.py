@@ -29,18 +29,28 @@ def claude_mcp_add_line(mcp_url: str, key: str) -> str:
     )
 
 
-def mcp_json(mcp_url: str, key: str) -> str:
-    """A project's .mcp.json entry for Sandhub (Claude Code's format)."""
+KEY_VARIABLE = "SANDHUB_API_KEY"
+
+
+def mcp_json(mcp_url: str) -> str:
+    """A project's .mcp.json entry for Sandhub (Claude Code's format), as README.md's MCP
+    section has it: the key comes from the environment (Claude Code expands ${VAR} in
+    headers), so the file can be committed without the secret."""
     config = {
         "mcpServers": {
             "sandhub": {
                 "type": "http",
                 "url": mcp_url,
-                "headers": {"Authorization": f"Bearer {key}"},
+                "headers": {"Authorization": f"Bearer ${{{KEY_VARIABLE}}}"},
             }
         }
     }
     return json.dumps(config, indent=2)
+
+
+def export_line(key: str) -> str:
+    """The shell line that puts the key where the .mcp.json entry reads it."""
+    return f"export {KEY_VARIABLE}={key}"
 
 
 @team_required
@@ -73,7 +83,8 @@ def keys(request: HttpRequest) -> HttpResponse:
                     "key": key,
                     "plaintext": plaintext,
                     "claude": claude_mcp_add_line(mcp_url, plaintext),
-                    "mcp_json": mcp_json(mcp_url, plaintext),
+                    "mcp_json": mcp_json(mcp_url),
+                    "export": export_line(plaintext),
                 }
                 form = ApiKeyForm()
                 status = 200

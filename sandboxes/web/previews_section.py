@@ -27,8 +27,20 @@ from sandboxes.web.principal import MANAGER_ROLES, identity_for, principal_for
 from sandboxes.web.sandbox_forms import MAX_COMMAND_CHARS
 
 
+def port_field(help_text: str) -> forms.IntegerField:
+    """A required port, with no placeholder (a grey "8000" read as a value already there):
+    the example is in the help text, and an empty field says what is missing."""
+    return forms.IntegerField(
+        min_value=1,
+        max_value=65535,
+        label="Port",
+        help_text=help_text,
+        error_messages={"required": "Type the port the app listens on, e.g. 8000."},
+    )
+
+
 class OpenPreviewForm(forms.Form):
-    port = forms.IntegerField(min_value=1, max_value=65535, label="Port")
+    port = port_field("The port the server listens on in the sandbox, e.g. 8000.")
     public = forms.BooleanField(
         required=False,
         label="Public",
@@ -39,7 +51,6 @@ class OpenPreviewForm(forms.Form):
         # Prefixed: the deploy form on the same page has a port too.
         kwargs.setdefault("prefix", "preview")
         super().__init__(*args, **kwargs)
-        self.fields["port"].widget.attrs["placeholder"] = "8000"
         if not may_publish:
             del self.fields["public"]
 
@@ -59,7 +70,7 @@ class DeployForm(forms.Form):
         help_text="Runs in /workspace as a background job and must keep serving in the "
         "foreground (no '&' or nohup), e.g. <code>python3 -m http.server 8000</code>.",
     )
-    port = forms.IntegerField(min_value=1, max_value=65535, label="Port")
+    port = port_field("The port the app listens on, e.g. 8000 for the command above.")
     wait_seconds = forms.IntegerField(
         required=False,
         min_value=1,
@@ -71,7 +82,6 @@ class DeployForm(forms.Form):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("prefix", "deploy")  # the runner and jobs forms have a command too
         super().__init__(*args, **kwargs)
-        self.fields["port"].widget.attrs["placeholder"] = "8000"
         self.fields["wait_seconds"].widget.attrs["placeholder"] = (
             f"{services.DEFAULT_WAIT_SECONDS:g}"
         )

@@ -19,8 +19,8 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from sandboxes import services
-from sandboxes.contract.errors import NotFound, ServiceError
-from sandboxes.contract.results import CommandResult, FileEntry, SandboxInfo
+from sandboxes.contract.errors import ServiceError
+from sandboxes.contract.results import FileEntry, SandboxInfo
 from sandboxes.web.common import attach_error, paginate, query_without_page, refused
 from sandboxes.web.links import links_context
 from sandboxes.web.previews_section import previews_context
@@ -168,14 +168,16 @@ def history(request: HttpRequest, sandbox_id: str) -> HttpResponse:
     form = HistoryFilterForm(request.GET or None)
     wanted = form.cleaned_data.get("status") if form.is_valid() else ""
     try:
-        info = services.get_sandbox(principal, sandbox_id)
-        rows = services.list_commands(principal, sandbox_id, limit=HISTORY_LIMIT)
+        # A deleted sandbox of the team too: its history is what is left of it (read only).
+        found = services.sandbox_history(principal, sandbox_id, limit=HISTORY_LIMIT)
     except ServiceError as exc:
         return refused(request, exc)
+    rows = found.commands
     if wanted:
         rows = [c for c in rows if c.status == wanted]
     context = {
-        "sandbox": info,
+        "sandbox": found.sandbox,
+        "deleted": found.deleted,
         "form": form,
         "page": paginate(request, rows),
         "query": query_without_page(request),
@@ -188,13 +190,15 @@ def history(request: HttpRequest, sandbox_id: str) -> HttpResponse:
 @team_required
 @require_GET
 def command(request: HttpRequest, sandbox_id: str, command_id: int) -> HttpResponse:
-    principal = principal_for(request)
     try:
-        info = services.get_sandbox(principal, sandbox_id)
-        result: CommandResult = services.get_command(principal, command_id)
+        # Of this sandbox only (another of the team's is not under this URL), deleted or not.
+        found = services.history_command(principal_for(request), sandbox_id, command_id)
     except ServiceError as exc:
         return refused(request, exc)
-    if result.sandbox_id != info.id:  # the team's, but of another sandbox: not under this URL
-        return refused(request, NotFound(f"command {command_id} not found in {sandbox_id}"))
-    context = {"sandbox": info, "command": result, "can_write": identity_for(request).can_write}
+    context = {
+        "sandbox": found.sandbox,
+        "deleted": found.deleted,
+        "command": found.commands[0],
+        "can_write": identity_for(request).can_write and not found.deleted,
+    }
     return render(request, "web/sandbox/command.html", context)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, include, path
 
-from sandboxes.web import account, home, hosts, keys, snapshots, team
+from sandboxes.web import account, deleted, home, hosts, keys, snapshots, team
 
 app_name = "web"
 
@@ -16,6 +16,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("switch-team/", account.switch_team, name="team-switch"),
     path("", home.home, name="home"),
     path("sandboxes/create/", home.create, name="sandbox-create"),
+    path("sandboxes/deleted/", deleted.deleted_sandboxes, name="sandboxes-deleted"),
     path("sandboxes/<str:sandbox_id>/delete/", home.delete, name="sandbox-delete"),
     path("snapshots/<str:snapshot_id>/new/", snapshots.create_from, name="snapshot-create-from"),
     path("snapshots/<str:snapshot_id>/delete/", snapshots.delete, name="snapshot-delete"),

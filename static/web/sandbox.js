@@ -28,10 +28,15 @@
   var truncated = document.getElementById("run-truncated");
   var link = document.getElementById("run-link");
 
+  // Terminal colours as classes, other escapes dropped (static/web/ansi.js; new per run).
+  var terminal = null;
+
   function append(text, stream) {
     // Follow the end only if the reader is already there (he may be scrolling back).
     var atEnd = output.scrollHeight - output.scrollTop - output.clientHeight < 40;
-    if (stream === "stderr") {
+    if (terminal) {
+      terminal.write(text, stream);
+    } else if (stream === "stderr") {
       var span = document.createElement("span");
       span.className = "stderr";
       span.textContent = text;
@@ -70,6 +75,7 @@
 
   async function run() {
     output.textContent = "";
+    terminal = window.SandhubAnsi ? window.SandhubAnsi.writer(output) : null;
     exit.textContent = "";
     duration.textContent = "";
     truncated.hidden = true;

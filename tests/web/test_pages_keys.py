@@ -60,10 +60,14 @@ def test_create_shows_the_key_once_with_claude_lines(login, alice, team_a):
             "sandhub": {
                 "type": "http",
                 "url": "http://testserver/mcp/",
-                "headers": {"Authorization": f"Bearer {plaintext}"},
+                # README.md's form: the key from the environment, never in the file.
+                "headers": {"Authorization": "Bearer ${SANDHUB_API_KEY}"},
             }
         }
     }
+    assert plaintext not in snippet
+    exported = re.search(r'<input id="key-export"[^>]*value="([^"]*)"', page).group(1)
+    assert exported == f"export SANDHUB_API_KEY={plaintext}"
     # Shown once: the list shows the prefix only, and the page never again the secret.
     again = client.get("/keys/").content.decode()
     assert plaintext not in again and f"shk_{key.prefix}_" in again
