@@ -113,8 +113,9 @@ def http_app(path: str = "/mcp/"):
     """The streamable-HTTP ASGI app at `path`, authenticated with API keys, stateless so any
     web process can answer any request (an MCP session's selected sandbox lives in the
     database: sessions.py hands the ids out, inside the key check). Its lifespan must be run
-    by the outer ASGI app. The MCP SDK answers 413 to a request body over 4 MiB: larger files
-    go through the REST API's streaming upload and download."""
+    by the outer ASGI app. The MCP SDK answers 413 to a request body over 4 MiB (made a JSON-RPC
+    error that says what to do by bodylimit.py): larger files go through the REST API's
+    streaming upload and download."""
     from mcp_bridge.auth import ApiKeyVerifier
     from mcp_bridge.sessions import McpSessions
 
