@@ -28,6 +28,7 @@ from mcp_bridge import (
     tools_sandboxes,
     tools_snapshots,
 )
+from mcp_bridge.argcheck import ArgumentCheck
 from mcp_bridge.listing import DereferenceOnce
 from mcp_bridge.refusals import RefusalAudit
 
@@ -72,7 +73,8 @@ def build_server(auth: AuthProvider | None = None) -> FastMCP:
         # agent; anything unexpected is reported without internals and logged here.
         mask_error_details=True,
         on_duplicate="error",
-        # Arguments are checked as JSON, strictly: `"timeout": true` or "10" is no number.
+        # Arguments are checked as JSON, strictly: `"timeout": true` is no number ("10" is
+        # made 10 first, argcheck.py).
         strict_input_validation=True,
         # Schemas are inlined for clients that cannot follow $ref, once per tool, not per
         # listing (listing.py).
@@ -81,6 +83,8 @@ def build_server(auth: AuthProvider | None = None) -> FastMCP:
     mcp.add_middleware(DereferenceOnce())
     # Every call refused before a service ran (bad arguments, unknown tool) leaves a row.
     mcp.add_middleware(RefusalAudit())
+    # Inside the audit, so its row has the short message: "5" taken as 5, errors one line each.
+    mcp.add_middleware(ArgumentCheck(mcp))
     tools_sandboxes.register(mcp)
     tools_commands.register(mcp)
     tools_background.register(mcp)

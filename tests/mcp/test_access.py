@@ -226,11 +226,11 @@ def test_bad_input_gives_clear_errors_and_creates_nothing(asgi_server, world, sh
             {"sandbox_id": shared_sandbox, "command": "true", "sudo": True},
             "unexpected keyword argument",
         ),
-        ("run_command", {"sandbox_id": shared_sandbox, "command": ["ls"]}, "valid string"),
+        ("run_command", {"sandbox_id": shared_sandbox, "command": ["ls"]}, "expected a string"),
         (
             "run_command",
             {"sandbox_id": shared_sandbox, "command": "true", "timeout": "soon"},
-            "valid number",
+            "expected a number",
         ),
         (
             "run_command",
