@@ -85,6 +85,7 @@ def build_server(auth: AuthProvider | None = None) -> FastMCP:
     mcp.add_middleware(RefusalAudit())
     # Inside the audit, so its row has the short message: "5" taken as 5, errors one line each.
     mcp.add_middleware(ArgumentCheck(mcp))
+    mcp.add_middleware(prompts.PromptArguments(mcp))  # a missing argument named
     tools_sandboxes.register(mcp)
     tools_commands.register(mcp)
     tools_background.register(mcp)
