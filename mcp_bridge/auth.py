@@ -91,13 +91,25 @@ def _check(token: str, address: str | None) -> ApiKey | LockedOut | None:
 
 
 def rate_limited_response(conn: HTTPConnection, exc: Exception) -> Response:
+    # JSON-RPC error bodies: an MCP client shows their message (bodylimit.py says why).
     if isinstance(exc, LockedOut):
         return JSONResponse(
-            {"error": "rate_limited", "error_description": exc.message},
+            _jsonrpc_error(exc.message, "rate_limited"),
             status_code=429,
             headers={"Retry-After": str(exc.retry_after)},
         )
-    return JSONResponse({"error": "invalid_request", "error_description": str(exc)}, 400)
+    return JSONResponse(_jsonrpc_error(str(exc), "invalid_request"), 400)
+
+
+def _jsonrpc_error(message: str, code: str) -> dict:
+    """A JSON-RPC error that an OAuth-minded reader also understands (error_description).
+    The request's id is not read here (the body is not); the client puts its own back."""
+    return {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": -32600, "message": message, "data": {"code": code}},
+        "error_description": message,
+    }
 
 
 class ApiKeyVerifier(TokenVerifier):

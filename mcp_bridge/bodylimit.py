@@ -108,13 +108,14 @@ def _rewriting(request: _Request, send: Send) -> Send:
     replacing: list[bool] = [False]
 
     async def sending(message: Message) -> None:
-        if message["type"] == "http.response.start" and message["status"] in (401, 413):
+        if message["type"] == "http.response.start" and _replaced(message):
             replacing[0] = True
             if message["status"] == 413:
                 await _answer(send, 413, request.too_large_error(), [])
             else:
                 text, challenge = refused_key_answer(request.headers, message.get("headers", []))
                 error = _jsonrpc_error(request.request_id(), text, {"http_status": 401})
+                error["error_description"] = text  # as FastMCP's body had it, for OAuth readers
                 await _answer(send, 401, error, [(b"www-authenticate", challenge.encode())])
             return
         if replacing[0] and message["type"] == "http.response.body":
@@ -122,6 +123,16 @@ def _rewriting(request: _Request, send: Send) -> Send:
         await send(message)
 
     return sending
+
+
+def _replaced(start: Message) -> bool:
+    """The SDK's 413, or FastMCP's 401 (which carries its Bearer challenge)."""
+    if start["status"] == 413:
+        return True
+    headers = start.get("headers", [])
+    return start["status"] == 401 and any(
+        name.lower() == b"www-authenticate" for name, _ in headers
+    )
 
 
 def _jsonrpc_error(request_id: int | str | None, message: str, data: dict) -> dict[str, Any]:
