@@ -10,9 +10,17 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sandboxes.policy.validation import MAX_COMMAND_CHARS, WORKSPACE
 
-# Inline file content (text, or base64 of binary) per file. Over HTTP the MCP SDK refuses a
-# request body over 4 MiB anyway; larger files go through the REST API, which streams.
-MAX_INLINE_CHARS = 4 * 1024 * 1024
+# Inline file content (text, or base64 of binary) per file. Over HTTP one request body is at
+# most 4 MiB (4,194,304 bytes: the MCP SDK's limit, answered by mcp_bridge/bodylimit.py), so
+# a file's content must leave room for the call's JSON around it: 4,000,000 characters, i.e.
+# about 4 MB of text or 3 MB of binary once base64. Larger files go through the REST API or
+# `sandhub cp`, which stream.
+MAX_INLINE_CHARS = 4_000_000
+INLINE_LIMIT_TEXT = (
+    "At most 4,000,000 characters (about 4 MB of text, or 3 MB of binary as base64); one call "
+    "carries at most 4 MiB in all, so files sent together share that. Bigger files: send them "
+    "in parts, or use the REST upload or `sandhub cp`."
+)
 DEFAULT_OUTPUT_BYTES = 64 * 1024
 
 SandboxId = Annotated[
@@ -85,7 +93,8 @@ class FileIn(BaseModel):
 
     path: Path
     content: str = Field(
-        description="The file's content: text, or base64 when encoding is base64.",
+        description="The file's content: text, or base64 when encoding is base64. "
+        + INLINE_LIMIT_TEXT,
         max_length=MAX_INLINE_CHARS,
     )
     encoding: Literal["text", "base64"] = Field("text", description="How content is written.")
@@ -94,5 +103,10 @@ class FileIn(BaseModel):
 
 Files = Annotated[
     list[FileIn],
-    Field(description=f"Files to write (inside {WORKSPACE}).", min_length=1, max_length=1000),
+    Field(
+        description=f"Files to write (inside {WORKSPACE}); together at most 4 MiB per call "
+        "with the JSON around them.",
+        min_length=1,
+        max_length=1000,
+    ),
 ]

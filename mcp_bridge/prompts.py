@@ -2,10 +2,49 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastmcp import FastMCP
+from fastmcp.exceptions import PromptError
+from fastmcp.prompts import Prompt
+from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from pydantic import Field
+
+
+class PromptArguments(Middleware):
+    """A prompt asked for without a required argument is refused naming it and what it is.
+
+    FastMCP's own check raises a ValueError that the server's mask_error_details turns into
+    "Error rendering prompt 'NAME'", which names nothing; this one runs first."""
+
+    def __init__(self, server: FastMCP) -> None:
+        self._server = server
+
+    async def on_get_prompt(self, context: MiddlewareContext, call_next: CallNext) -> Any:
+        prompt = await self._server.get_prompt(context.message.name)
+        if prompt is not None:
+            missing = missing_arguments(prompt, context.message.arguments or {})
+            if missing:
+                raise PromptError(missing)
+        return await call_next(context)
+
+
+def missing_arguments(prompt: Prompt, given: dict[str, Any]) -> str | None:
+    """What to say when required arguments are missing (None when none is)."""
+    wanted = [
+        f"{argument.name} ({_first_line(argument.description)})"
+        for argument in prompt.arguments or []
+        if argument.required and argument.name not in given
+    ]
+    if not wanted:
+        return None
+    needs = "this argument" if len(wanted) == 1 else "these arguments"
+    return f"The prompt {prompt.name!r} needs {needs}: {'; '.join(wanted)}."
+
+
+def _first_line(description: str | None) -> str:
+    """The argument's own description, without the JSON schema FastMCP appends to it."""
+    return (description or "no description").split("\n")[0].strip().rstrip(".")
 
 
 def register(mcp: FastMCP) -> None:

@@ -28,6 +28,7 @@ from mcp_bridge import (
     tools_sandboxes,
     tools_snapshots,
 )
+from mcp_bridge.argcheck import ArgumentCheck
 from mcp_bridge.listing import DereferenceOnce
 from mcp_bridge.refusals import RefusalAudit
 
@@ -72,7 +73,8 @@ def build_server(auth: AuthProvider | None = None) -> FastMCP:
         # agent; anything unexpected is reported without internals and logged here.
         mask_error_details=True,
         on_duplicate="error",
-        # Arguments are checked as JSON, strictly: `"timeout": true` or "10" is no number.
+        # Arguments are checked as JSON, strictly: `"timeout": true` is no number ("10" is
+        # made 10 first, argcheck.py).
         strict_input_validation=True,
         # Schemas are inlined for clients that cannot follow $ref, once per tool, not per
         # listing (listing.py).
@@ -81,6 +83,9 @@ def build_server(auth: AuthProvider | None = None) -> FastMCP:
     mcp.add_middleware(DereferenceOnce())
     # Every call refused before a service ran (bad arguments, unknown tool) leaves a row.
     mcp.add_middleware(RefusalAudit())
+    # Inside the audit, so its row has the short message: "5" taken as 5, errors one line each.
+    mcp.add_middleware(ArgumentCheck(mcp))
+    mcp.add_middleware(prompts.PromptArguments(mcp))  # a missing argument named
     tools_sandboxes.register(mcp)
     tools_commands.register(mcp)
     tools_background.register(mcp)
@@ -113,8 +118,9 @@ def http_app(path: str = "/mcp/"):
     """The streamable-HTTP ASGI app at `path`, authenticated with API keys, stateless so any
     web process can answer any request (an MCP session's selected sandbox lives in the
     database: sessions.py hands the ids out, inside the key check). Its lifespan must be run
-    by the outer ASGI app. The MCP SDK answers 413 to a request body over 4 MiB: larger files
-    go through the REST API's streaming upload and download."""
+    by the outer ASGI app. The MCP SDK answers 413 to a request body over 4 MiB (made a JSON-RPC
+    error that says what to do by bodylimit.py): larger files go through the REST API's
+    streaming upload and download."""
     from mcp_bridge.auth import ApiKeyVerifier
     from mcp_bridge.sessions import McpSessions
 

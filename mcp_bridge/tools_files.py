@@ -12,7 +12,15 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from mcp_bridge import identity
-from mcp_bridge.args import MAX_INLINE_CHARS, Encoding, FileIn, Files, Path, SandboxId
+from mcp_bridge.args import (
+    INLINE_LIMIT_TEXT,
+    MAX_INLINE_CHARS,
+    Encoding,
+    FileIn,
+    Files,
+    Path,
+    SandboxId,
+)
 from mcp_bridge.runtime import call
 from mcp_bridge.schemas import (
     Entry,
@@ -62,7 +70,9 @@ def register(mcp: FastMCP) -> None:
     @mcp.tool(annotations=WRITES)
     async def upload_files(files: Files, sandbox_id: SandboxId = None) -> FilesWritten:
         """Write several files into a sandbox's /workspace in one round trip (creating
-        directories, replacing existing files). Content is text, or base64 for binary files."""
+        directories, replacing existing files). Content is text, or base64 for binary files;
+        one call carries at most 4 MiB in all (bigger files: several calls, or the REST upload
+        or `sandhub cp`)."""
         uploads = to_uploads(files)
 
         def body() -> FilesWritten:
@@ -80,7 +90,8 @@ def register(mcp: FastMCP) -> None:
         content: Annotated[
             str,
             Field(
-                description="Text, or base64 when encoding is base64.", max_length=MAX_INLINE_CHARS
+                description="Text, or base64 when encoding is base64. " + INLINE_LIMIT_TEXT,
+                max_length=MAX_INLINE_CHARS,
             ),
         ],
         sandbox_id: SandboxId = None,

@@ -21,6 +21,7 @@ django_app = get_asgi_application()  # sets Django up before anything imports mo
 
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
+from mcp_bridge.bodylimit import with_clear_refusals  # noqa: E402
 from mcp_bridge.server import http_app  # noqa: E402
 from platform_site.gcpolicy import settle_long_lived_process  # noqa: E402
 from sandboxes.housekeeping import poolagents  # noqa: E402
@@ -28,7 +29,7 @@ from sandboxes.proxy.app import serve_preview  # noqa: E402
 from sandboxes.proxy.routing import wants_preview  # noqa: E402
 
 MCP_PATH = "/mcp/"
-mcp_app = http_app(MCP_PATH)
+mcp_app = with_clear_refusals(http_app(MCP_PATH))  # 413 and 401 as JSON-RPC errors
 # Static files (the API docs' Swagger UI comes from drf-spectacular-sidecar, no CDN) are
 # served here from the app directories, whatever DEBUG says: django.conf.urls.static only
 # works with DEBUG on, and whitenoise is not a dependency. They are few and small; a

@@ -31,7 +31,12 @@ TIMED_OUT = 124  # as coreutils' timeout
 
 
 class UsageError(Exception):
-    pass
+    """The command line is wrong (exit 2)."""
+
+
+class NotFound(Exception):
+    """What the command line names does not exist on the platform (exit 1, like the
+    platform's own "not found": the command was well formed)."""
 
 
 def remote_spec(text: str) -> tuple[str, str] | None:
@@ -50,7 +55,7 @@ def resolve(platform: Platform, ref: str) -> str:
     if len(found) == 1:
         return str(found[0])
     if not found:
-        raise UsageError(f"no sandbox named {ref!r} (sandhub sandboxes lists them)")
+        raise NotFound(f"no sandbox named {ref!r} (sandhub sandboxes lists them)")
     raise UsageError(f"{len(found)} sandboxes are named {ref!r}: use an id ({', '.join(found)})")
 
 
@@ -207,7 +212,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
         if args.command_id is not None:
             command = platform.get_command(args.command_id)
             if command.get("sandbox_id") not in (None, sandbox):
-                raise UsageError(f"command {args.command_id} is not one of {sandbox}'s")
+                raise NotFound(f"command {args.command_id} is not one of {sandbox}'s")
             sys.stdout.write(command.get("stdout") or "")
             sys.stderr.write(command.get("stderr") or "")
             err(f"[{command['status']}, exit code {command.get('exit_code')}]")
@@ -325,7 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         err(f"sandhub: {exc}")
         return 2
-    except (ApiError, config.ConfigError, TransferError) as exc:
+    except (ApiError, NotFound, config.ConfigError, TransferError) as exc:
         err(f"sandhub: {exc}")
         return 1
     except OSError as exc:

@@ -16,7 +16,6 @@ stdout carries the protocol only; anything else goes to stderr.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import posixpath
 import sys
@@ -34,6 +33,7 @@ from pydantic import BaseModel, Field
 
 from sandhub import config, sync, transfer
 from sandhub.api import ApiError, Platform
+from sandhub.mcp_options import parse_args, set_forwarded_logging, wants_debug
 from sandhub.mcp_platform import (
     check_platform,
     end_platform_session,
@@ -350,25 +350,9 @@ def register_local_tools(server: FastMCPProxy, files: LocalFiles) -> None:
         return await files.download(ctx, sandbox_id, remote_path, local_path)
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="sandhub mcp",
-        description="Serve the Sandhub MCP tools over stdio, plus local file tools limited to "
-        "the --root directories.",
-    )
-    parser.add_argument(
-        "--root",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="a local directory the tools may read and write, with everything under it "
-        "(repeatable; default: the current directory)",
-    )
-    return parser.parse_args(argv)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    set_forwarded_logging(wants_debug(args.verbose))
     try:
         roots = Roots(args.root or ["."])
         settings = config.load()

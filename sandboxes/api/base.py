@@ -1,8 +1,9 @@
 """What every REST view shares: the acting principal, errors as JSON, the schema's common parts.
 
 Each view builds the acting principal (the API key's user, team and scopes, or a signed-in
-user with their team), calls one service, and renders the result. Service errors become JSON
-`{"detail": ..., "code": ...}` with the error's HTTP status.
+user with their team), calls one service, and renders the result. Every error becomes JSON
+`{"detail": ..., "code": ...}` with the error's HTTP status, plus `fields` for a request
+body's wrong fields (errors.py).
 
 Every refused request leaves one audit row: the services write theirs, a refused key its own
 (tenants.apikeys); a request refused here before any service ran (a body that does not
@@ -16,8 +17,9 @@ from __future__ import annotations
 from typing import Any, cast
 
 from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
-from django.http import HttpRequest, HttpResponseBase
+from django.http import Http404, HttpRequest, HttpResponseBase
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import exceptions, serializers, status
@@ -26,6 +28,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from sandboxes.api.errors import error_body
 from sandboxes.api.serializers import ErrorSerializer
 from sandboxes.contract.errors import ServiceError
 from tenants import ratelimits
@@ -67,11 +70,15 @@ class ApiKeyScheme(OpenApiAuthenticationExtension):
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    """Errors as JSON `{"detail", "code"}` (DRF's own shapes for its validation errors); a
-    refusal that no service put on record gets its row here."""
+    """Errors as JSON `{"detail", "code"}`, with `fields` for a body's wrong fields (DRF's
+    own errors reshaped: errors.py); a refusal that no service put on record gets its row
+    here."""
     response = _render(exc)
     if response is None:
         response = drf_exception_handler(exc, context)
+        drf_exc = _as_drf(exc)
+        if response is not None and drf_exc is not None:
+            response.data = error_body(drf_exc, response.data)
     if response is not None and 400 <= response.status_code < 500:
         _record_refusal(exc, context.get("request"), response)
     return response
@@ -90,6 +97,15 @@ def _render(exc: Exception) -> Response | None:
             status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
         )
     return None
+
+
+def _as_drf(exc: Exception) -> exceptions.APIException | None:
+    """The DRF exception DRF's handler answered for `exc` (it turns Django's two into its own)."""
+    if isinstance(exc, Http404):
+        return exceptions.NotFound(*exc.args)
+    if isinstance(exc, DjangoPermissionDenied):
+        return exceptions.PermissionDenied(*exc.args)
+    return exc if isinstance(exc, exceptions.APIException) else None
 
 
 def _rate_limited(message: str, retry_after: float) -> Response:
@@ -111,7 +127,7 @@ def _record_refusal(exc: Exception, request: Request | None, response: Response)
     if isinstance(exc, ServiceError):
         code, message = exc.code, exc.message
     elif isinstance(exc, exceptions.APIException):
-        code, message = str(exc.default_code), str(exc.detail)
+        code, message = str(exc.default_code), str(response.data.get("detail", exc.detail))
         code = _OUTCOMES.get(code, code)
     else:  # RequestDataTooBig, Django's Http404 and PermissionDenied
         code = "too_large" if isinstance(exc, RequestDataTooBig) else "refused"

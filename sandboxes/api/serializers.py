@@ -123,8 +123,19 @@ RunOnceResultSerializer = RunOnceResult.drf_serializer
 
 
 class ErrorSerializer(serializers.Serializer):
-    detail = serializers.CharField()
-    code = serializers.CharField()
+    detail = serializers.CharField(help_text="What is wrong, in one sentence.")
+    code = serializers.CharField(help_text="A machine code: invalid, not_found, forbidden, ...")
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        # `fields` is the serializer's own attribute: the field of that name is added here.
+        fields = dict(super().get_fields())
+        fields["fields"] = serializers.DictField(
+            child=serializers.CharField(),
+            required=False,
+            help_text="Invalid input only: each wrong field (files[0].path for nested ones) "
+            "and what is wrong with it.",
+        )
+        return fields
 
 
 # --- requests --------------------------------------------------------------------------------

@@ -79,7 +79,7 @@ def test_who_may_and_another_teams(sandbox, clients):
             assert answer.json() == {"detail": f"snapshot {ident} not found", "code": "not_found"}
     assert bob.get(f"{API}/snapshots/").json()["results"] == []
     bad = clients["alice"].post(f"{API}/snapshots/", {"sandbox_id": sandbox}, format="json")
-    assert bad.status_code == 400 and "name" in bad.json()
+    assert bad.status_code == 400 and "name" in bad.json()["fields"]
     unknown = clients["alice"].post(f"{API}/snapshots/", {**body, "x": 1}, format="json")
     assert unknown.status_code == 400
     over = clients["alice"].post(f"{API}/snapshots/", body, format="json")

@@ -226,11 +226,11 @@ def test_bad_input_gives_clear_errors_and_creates_nothing(asgi_server, world, sh
             {"sandbox_id": shared_sandbox, "command": "true", "sudo": True},
             "unexpected keyword argument",
         ),
-        ("run_command", {"sandbox_id": shared_sandbox, "command": ["ls"]}, "valid string"),
+        ("run_command", {"sandbox_id": shared_sandbox, "command": ["ls"]}, "expected a string"),
         (
             "run_command",
             {"sandbox_id": shared_sandbox, "command": "true", "timeout": "soon"},
-            "valid number",
+            "expected a number",
         ),
         (
             "run_command",
@@ -286,7 +286,8 @@ def test_bad_input_gives_clear_errors_and_creates_nothing(asgi_server, world, sh
 
 
 def test_oversized_requests_are_refused_before_they_are_read(asgi_server, world, shared_sandbox):
-    """Over HTTP the MCP SDK caps a request body at 4 MiB (413), before parsing."""
+    """Over HTTP the MCP SDK caps a request body at 4 MiB (413), before parsing (the answer's
+    text: test_refusal_texts.py)."""
     before = counts()
     host, port = asgi_server.removeprefix("http://").split(":")
     request = (
@@ -307,6 +308,6 @@ def test_oversized_requests_are_refused_before_they_are_read(asgi_server, world,
                 {"sandbox_id": shared_sandbox, "path": "big.txt", "content": "x" * (5 * 2**20)},
             )
 
-    with pytest.raises(Exception, match="error response"):
+    with pytest.raises(Exception, match="at most 4 MiB"):
         run(conversation())
     assert counts() == before

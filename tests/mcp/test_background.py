@@ -241,7 +241,7 @@ def test_bad_input_gives_clear_errors(asgi_server, world, shared_sandbox):
         ("check_background", {"task_id": 0}, "greater than or equal to 1"),
         ("check_background", {"task_id": 1, "tail_lines": -1}, "greater than or equal to 0"),
         ("check_background", {"task_id": 1, "tail_lines": 10**6}, "less than or equal to 10000"),
-        ("cancel_background", {"task_id": "first"}, "valid integer"),
+        ("cancel_background", {"task_id": "first"}, "expected an integer"),
         (
             "check_background",
             {"task_id": foreground.id, "sandbox_id": shared_sandbox},

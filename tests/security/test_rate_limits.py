@@ -133,6 +133,7 @@ def test_wrong_secrets_for_a_prefix_lock_that_prefix_even_for_the_right_key(asgi
     answer = httpx.post(f"{asgi_server}/mcp/", json=body, headers=headers)
     assert answer.status_code == 429 and int(answer.headers["retry-after"]) > 0
     assert "locked out" in answer.json()["error_description"]
+    assert answer.json()["error"]["message"] == answer.json()["error_description"]  # JSON-RPC
     assert len(rows_since(start)) == limit + 1
 
     # A key of another prefix still works, from anywhere.
