@@ -11,8 +11,9 @@ __all__ = ["USAGE_SCRIPT", "DU_SECONDS", "parse_usage"]
 
 DU_SECONDS = 2  # a workspace that is no filesystem of its own: du, cut off after this
 
-# $1: the workspace; $2: the cgroup's path under each controller's mount, given by the
-# platform (no pid check: the host side), or "" to find our own from /proc/self/cgroup.
+# $1: the workspace ("": no disk); $2: the cgroup's path under each controller's mount, given
+# by the platform (the host side: no pid check, that path or nothing), or "" to find our own
+# from /proc/self/cgroup.
 USAGE_SCRIPT = r"""
 ws=$1 given=$2 R=/sys/fs/cgroup
 own() {
@@ -22,12 +23,9 @@ own() {
     for (i = 1; i <= n; i++) if (a[i] == c) { print $3; exit } }' /proc/self/cgroup
 }
 find_dir() {  # $1 mount, $2 path: the directory of our cgroup, one that holds this shell
+  if [ -n "$given" ]; then [ -d "$1$2" ] && echo "$1$2"; return 0; fi
   for d in "$1${2%/}" "$1"; do
-    [ -d "$d" ] || continue
-    if [ -n "$given" ] || grep -qx "$$" "$d/cgroup.procs" 2>/dev/null; then
-      echo "$d"; return
-    fi
-    [ -n "$given" ] && return
+    if [ -d "$d" ] && grep -qx "$$" "$d/cgroup.procs" 2>/dev/null; then echo "$d"; return; fi
   done
 }
 val() { v=$(cat -- "$2" 2>/dev/null) && echo "$1 $v"; }
