@@ -11,7 +11,6 @@ is not isolated shares its login user's) answers None for CPU, memory and pids.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from hosts.backends.agent.calls import Call

@@ -95,7 +95,9 @@ def parse_usage(text: str) -> dict[str, Any]:
         quota, _, period = lines["cpu_max"].partition(" ")
         answer["cpu_limit"] = _cores(_number(quota), _number(period))
     else:
-        answer["cpu_limit"] = _cores(_number(lines.get("cpu_quota")), _number(lines.get("cpu_period")))
+        answer["cpu_limit"] = _cores(
+            _number(lines.get("cpu_quota")), _number(lines.get("cpu_period"))
+        )
     usec = _number(lines.get("cpu_usec"))
     nsec = _number(lines.get("cpu_nsec"))
     answer["cpu_usec"] = usec if usec is not None else (nsec // 1000 if nsec is not None else None)

@@ -77,9 +77,7 @@ def usage_holds_me(directory: str, pid: int) -> bool:
     return procs is not None and str(pid) in procs.split()
 
 
-def usage_cgroup_dir(
-    mount: str, path: str, pid: int, procs_check: bool = True
-) -> str | None:
+def usage_cgroup_dir(mount: str, path: str, pid: int, procs_check: bool = True) -> str | None:
     """The directory of our cgroup under a controller's mount: the path /proc/self/cgroup
     names, else the mount's root (a namespaced mount: a container's); one holding our pid."""
     for candidate in (mount + path.rstrip("/"), mount):
