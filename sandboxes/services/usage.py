@@ -85,15 +85,19 @@ def take_sample(sandbox: Sandbox) -> None:
 
 def limits_of(sandbox: Sandbox, latest: UsageSample | None) -> UsageLimits:
     """The limits the sandbox reported, else the ones it was made with."""
-
-    def pick(measured: float | None, configured: float | None) -> float | None:
-        return measured if measured is not None else configured
-
+    disk = sandbox.disk_mb * MIB if sandbox.disk_mb else None
+    if latest is None:
+        return UsageLimits(
+            cpus=sandbox.cpus,
+            memory_bytes=sandbox.memory_mb * MIB,
+            disk_bytes=disk,
+            pids=sandbox.pids_limit,
+        )
     return UsageLimits(
-        cpus=pick(latest and latest.cpu_limit, sandbox.cpus),
-        memory_bytes=pick(latest and latest.memory_limit_bytes, sandbox.memory_mb * MIB),
-        disk_bytes=pick(latest and latest.disk_limit_bytes, (sandbox.disk_mb or 0) * MIB or None),
-        pids=pick(latest and latest.pids_limit, sandbox.pids_limit),
+        cpus=latest.cpu_limit if latest.cpu_limit is not None else sandbox.cpus,
+        memory_bytes=latest.memory_limit_bytes or sandbox.memory_mb * MIB,
+        disk_bytes=latest.disk_limit_bytes or disk,
+        pids=latest.pids_limit or sandbox.pids_limit,
     )
 
 
@@ -129,7 +133,7 @@ def sample_all_usage(principal: Principal) -> dict[str, object]:
     that is under the schedule's minute."""
     _require_platform(principal, "sample usage")
     rounds, interval = usage.rounds_per_run()
-    reports = []
+    reports: list[usage.UsageRound] = []
     for number in range(rounds):
         if number:
             time.sleep(max(0.0, interval - reports[-1].seconds))  # pacing, not waiting on anything

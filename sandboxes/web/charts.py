@@ -71,7 +71,8 @@ def chart(
     start = now - timedelta(minutes=minutes)
     known = [v for v in values if v is not None]
     top = float(limit) if limit else max([*known, 1.0])
-    segments, current = [], []
+    segments: list[str] = []
+    current: list[str] = []
     for at, value in zip(times, values, strict=True):
         if value is None:
             if current:

@@ -11,10 +11,10 @@ from django.views.decorators.http import require_GET
 from sandboxes import services
 from sandboxes.contract.errors import ServiceError
 from sandboxes.contract.results import HostInfo
-from tenants.principal import Principal
 from sandboxes.web import charts
 from sandboxes.web.common import refused
 from sandboxes.web.principal import principal_for, team_required
+from tenants.principal import Principal
 
 
 @team_required

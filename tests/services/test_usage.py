@@ -16,9 +16,9 @@ from sandboxes import services
 from sandboxes.contract.errors import InvalidInput, NotFound, PermissionDenied
 from sandboxes.housekeeping import probes, usage
 from sandboxes.models import HostUsageSample, Sandbox, SandboxStatus, UsageSample
-from tests.fake_usage import MIB, FakeUsage
 from tenants.models import AuditLog
 from tenants.principal import Principal
+from tests.fake_usage import MIB, FakeUsage
 
 pytestmark = pytest.mark.django_db
 
@@ -121,9 +121,7 @@ def test_metrics_have_series_latest_and_limits(sandbox: str, as_alice: Principal
     assert not metrics.sampled_now
 
 
-def test_viewers_may_read_metrics_and_live_samples_now(
-    sandbox: str, as_victor: Principal
-) -> None:
+def test_viewers_may_read_metrics_and_live_samples_now(sandbox: str, as_victor: Principal) -> None:
     metrics = services.get_sandbox_metrics(as_victor, sandbox, live=True)
     assert metrics.sampled_now and metrics.latest is not None
     assert UsageSample.objects.filter(sandbox__public_id=sandbox).count() == 1
