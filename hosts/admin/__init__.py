@@ -15,10 +15,12 @@ from django.views.decorators.debug import sensitive_post_parameters
 
 from hosts.admin.actions import apply_each
 from hosts.admin.hostkeys import confirm_host_keys, fetch_host_keys
+from hosts.admin.usage import UsageChartsAdmin
 from hosts.models import Credential, Host, Image
 from sandboxes import services
 from sandboxes.contract.results import HostInfo
 from sandboxes.models import LIVE_STATUSES
+from sandboxes.web import charts
 from tenants.admin import admin_principal
 
 logger = logging.getLogger(__name__)
@@ -133,7 +135,7 @@ def _describe_probe(info: HostInfo) -> str:
 
 
 @admin.register(Host)
-class HostAdmin(admin.ModelAdmin):
+class HostAdmin(UsageChartsAdmin, admin.ModelAdmin):
     list_display = [
         "name",
         "kind",
@@ -176,6 +178,7 @@ class HostAdmin(admin.ModelAdmin):
         "why_not",
         "gpu_count",
         "gpus",
+        "usage_charts",
     ]
     fieldsets = [
         (None, {"fields": ["name", "kind", "endpoint", "credential", "team"]}),
@@ -215,6 +218,7 @@ class HostAdmin(admin.ModelAdmin):
                     "gpu_percent",
                     "last_error",
                     "created_at",
+                    "usage_charts",
                 ]
             },
         ),
@@ -223,6 +227,14 @@ class HostAdmin(admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Host]:
         live = Count("sandboxes", filter=Q(sandboxes__status__in=LIVE_STATUSES))
         return super().get_queryset(request).annotate(_live=live)
+
+    @admin.display(description="last hour")
+    def usage_charts(self, host: Host) -> str:
+        return self.usage_charts_of(
+            lambda request: charts.host_charts(
+                services.get_host_metrics(admin_principal(request), host.name), f"host-{host.pk}"
+            )
+        )
 
     @admin.display(description="host key")
     def host_key(self, host: Host) -> str:
