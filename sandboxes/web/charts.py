@@ -63,10 +63,12 @@ def chart(
     minutes: int,
     fmt: Callable[[float | None], str],
     limit: float | None = None,
+    of: str | None = None,
     now: datetime | None = None,
 ) -> Chart:
     """A sparkline of `values` at `times` over the last `minutes`; its top is `limit` where
-    there is one (a sandbox's memory limit), else the largest value (at least 1)."""
+    there is one (a sandbox's memory limit), else the largest value (at least 1). `of` says
+    what the latest value is out of (default: the limit, formatted; "" for nothing)."""
     now = now or timezone.now()
     start = now - timedelta(minutes=minutes)
     known = [v for v in values if v is not None]
@@ -86,7 +88,7 @@ def chart(
         segments.append(" ".join(current))
     last = current[-1].split(",") if current else None
     latest = fmt(known[-1]) if known else "—"
-    of_limit = f" of {fmt(limit)}" if limit else ""
+    of_limit = of if of is not None else (f" of {fmt(limit)}" if limit else "")
     span = f"{fmt(min(known))} to {fmt(max(known))}" if known else "no samples yet"
     label = f"{title}: {latest}{of_limit} now; last {minutes} minutes: {span}"
     if not known:
@@ -108,7 +110,16 @@ def sandbox_charts(metrics: SandboxMetrics) -> list[Chart]:
     series, limits, minutes = metrics.series, metrics.limits, metrics.minutes
     at = series.at
     return [
-        chart("cpu", "CPU", at, series.cpu_percent, minutes=minutes, fmt=percent, limit=100),
+        chart(
+            "cpu",
+            "CPU",
+            at,
+            series.cpu_percent,
+            minutes=minutes,
+            fmt=percent,
+            limit=100,
+            of=f" of {limits.cpus:g} CPU" if limits.cpus else "",
+        ),
         chart(
             "memory",
             "Memory",
@@ -143,6 +154,7 @@ def host_charts(metrics: HostMetrics, prefix: str) -> list[Chart]:
             minutes=minutes,
             fmt=percent,
             limit=100,
+            of="",
         ),
         chart(
             f"{prefix}-memory",
@@ -152,6 +164,7 @@ def host_charts(metrics: HostMetrics, prefix: str) -> list[Chart]:
             minutes=minutes,
             fmt=percent,
             limit=100,
+            of="",
         ),
     ]
     if any(v is not None for v in series.gpu_percent):
@@ -164,6 +177,7 @@ def host_charts(metrics: HostMetrics, prefix: str) -> list[Chart]:
                 minutes=minutes,
                 fmt=percent,
                 limit=100,
+                of="",
             )
         )
     return made
