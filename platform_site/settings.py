@@ -269,7 +269,7 @@ SANDHUB_AGENT = env_bool("SANDHUB_AGENT", True)
 # and pids sampled each this many seconds, a round waiting at most ROUND seconds for slow
 # sandboxes; samples older than KEEP hours are removed.
 SANDHUB_USAGE_SAMPLE_SECONDS = env_int("SANDHUB_USAGE_SAMPLE_SECONDS", 60, minimum=5)
-SANDHUB_USAGE_ROUND_SECONDS = env_int("SANDHUB_USAGE_ROUND_SECONDS", 20, minimum=1)
+SANDHUB_USAGE_ROUND_SECONDS = env_int("SANDHUB_USAGE_ROUND_SECONDS", 40, minimum=1)
 SANDHUB_USAGE_KEEP_HOURS = env_int("SANDHUB_USAGE_KEEP_HOURS", 24, minimum=1)
 
 # --- Agents and programs: API keys, the MCP endpoint, the REST API ---------------------------

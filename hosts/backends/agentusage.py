@@ -1,7 +1,8 @@
 """sample_usage for AgentFirstBackend (mixed into it): the sandbox's cgroup and workspace.
 
-Through the agent's `usage` op where the agent runs (a sample costs one request on a stream
-that is open already), else by one exec of usagescripts.USAGE_SCRIPT (cat of the same files).
+Through the agent's `usage` op where this process has the sandbox's agent running already (a
+sample costs one request on a stream that is open), else by one exec of
+usagescripts.USAGE_SCRIPT (cat of the same files); an agent is never started only to sample.
 Where the inside cannot see its own cgroup (an isolated SSH sandbox: a cgroup namespace over
 the host's /sys), the kind reads it from the host side (`usage_from_host`): the answer's
 `visible` says which. A kind whose sandboxes have no cgroup of their own (an SSH sandbox that
@@ -71,7 +72,10 @@ class AgentUsage:
     def sample_usage(self, state: dict[str, Any]) -> UsageSample:
         workspace = self.agents.place.host_path(state, WORKSPACE)
         answer: dict[str, Any] | None = None
-        if self.agent_on():
+        # Through an agent only if one runs already (as a one-off command, `once`): one
+        # started for sampling would be a python3 process in the sandbox for good, counted in
+        # the very memory it reports, in every process that samples (the task's workers).
+        if self.agent_on() and self.agents.running(state):
             try:
                 answer = self.agents.idempotent(state, lambda c: usage_call(c, workspace))
             except AgentUnavailable:

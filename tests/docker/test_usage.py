@@ -74,3 +74,13 @@ def test_the_script_answer_parses_as_the_agent_op_answers() -> None:
     assert answer["memory"] == 600 and answer["memory_limit"] is None
     assert answer["cpu_limit"] == 0.5 and answer["cpu_usec"] == 2_500_000
     assert answer["pids"] == 3 and answer["pids_limit"] == 64 and answer["disk_used"] == 4096
+
+
+def test_sampling_never_starts_an_agent_of_its_own(
+    backend: DockerBackend, sandbox: dict[str, Any]
+) -> None:
+    """An agent started to sample would stay in the sandbox, counted in the memory it reads."""
+    assert not backend.agents.running(sandbox)
+    sample = backend.sample_usage(sandbox)
+    assert not backend.agents.running(sandbox)
+    assert sample.memory_limit_bytes == 256 * MIB and sample.pids is not None
