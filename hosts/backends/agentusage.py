@@ -82,7 +82,11 @@ class AgentUsage:
                 answer = None
         if answer is None:
             answer = self.usage_by_exec(state, workspace)
-        if not answer.get("visible"):
+        if not self.has_own_cgroup(state):
+            # Its processes are in a cgroup they share (an SSH login user's): what that holds
+            # is not the sandbox's, and it may be other sandboxes'.
+            answer.update(dict.fromkeys(CGROUP_KEYS))
+        elif not answer.get("visible"):
             outside = self.usage_from_host(state)
             answer.update({key: outside.get(key) for key in CGROUP_KEYS if key in outside})
         answer.setdefault("at", time.time())
@@ -101,6 +105,10 @@ class AgentUsage:
         answer = parse_usage(result.stdout.decode(errors="replace"))
         answer["at"] = time.time()
         return answer
+
+    def has_own_cgroup(self, state: dict[str, Any]) -> bool:
+        """Whether the sandbox's processes, and only they, are in a cgroup (a container)."""
+        return True
 
     def usage_from_host(self, state: dict[str, Any]) -> dict[str, Any]:
         """The sandbox's cgroup read from outside it (the agent op's keys), or {} where the

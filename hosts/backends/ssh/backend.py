@@ -196,6 +196,9 @@ class SshBackend(AgentFirstBackend):
             )
         return ports.open_direct(self.connection(), port, timeout)
 
+    def has_own_cgroup(self, state: dict[str, Any]) -> bool:
+        return bool(state.get("isolated"))  # else its processes are in the login's cgroup
+
     def usage_from_host(self, state: dict[str, Any]) -> dict[str, Any]:
         return host_usage(self.connection(), state)
 
