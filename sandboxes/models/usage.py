@@ -28,7 +28,10 @@ class UsageSample(models.Model):
     pids_limit = models.IntegerField(null=True, blank=True)
 
     class Meta:
-        indexes = [models.Index(fields=["sandbox", "at"], name="usage_sandbox_at")]
+        indexes = [
+            models.Index(fields=["sandbox", "at"], name="usage_sandbox_at"),
+            models.Index(fields=["at"], name="usage_at"),  # each round's prune
+        ]
         ordering = ["at"]
 
     def __str__(self) -> str:
@@ -46,7 +49,10 @@ class HostUsageSample(models.Model):
     sandboxes_running = models.IntegerField(default=0)
 
     class Meta:
-        indexes = [models.Index(fields=["host", "at"], name="host_usage_host_at")]
+        indexes = [
+            models.Index(fields=["host", "at"], name="host_usage_host_at"),
+            models.Index(fields=["at"], name="host_usage_at"),
+        ]
         ordering = ["at"]
 
     def __str__(self) -> str:
