@@ -3,9 +3,10 @@
 Through the agent's `usage` op where this process has the sandbox's agent running already (a
 sample costs one request on a stream that is open), else by one exec of
 usagescripts.USAGE_SCRIPT (cat of the same files); an agent is never started only to sample.
-Where the inside cannot see its own cgroup (an isolated SSH sandbox: a cgroup namespace over
-the host's /sys), the kind reads it from the host side (`usage_from_host`): the answer's
-`visible` says which. A kind whose sandboxes have no cgroup of their own (an SSH sandbox that
+Where the inside cannot see its own cgroup, the kind reads it from the host side: an
+isolated SSH sandbox (a cgroup namespace over the host's /sys) entirely, disk included, in one
+round trip (`usage_outside`); elsewhere the cgroup alone when the answer's `visible` says the
+inside could not (`usage_from_host`: Docker asks the engine). A kind whose sandboxes have no cgroup of their own (an SSH sandbox that
 is not isolated shares its login user's) answers None for CPU, memory and pids.
 """
 
@@ -70,8 +71,11 @@ class AgentUsage:
         raise NotImplementedError
 
     def sample_usage(self, state: dict[str, Any]) -> UsageSample:
+        answer = self.usage_outside(state)
+        if answer is not None:
+            answer.setdefault("at", time.time())
+            return to_sample(answer)
         workspace = self.agents.place.host_path(state, WORKSPACE)
-        answer: dict[str, Any] | None = None
         # Through an agent only if one runs already (as a one-off command, `once`): one
         # started for sampling would be a python3 process in the sandbox for good, counted in
         # the very memory it reports, in every process that samples (the task's workers).
@@ -105,6 +109,11 @@ class AgentUsage:
         answer = parse_usage(result.stdout.decode(errors="replace"))
         answer["at"] = time.time()
         return answer
+
+    def usage_outside(self, state: dict[str, Any]) -> dict[str, Any] | None:
+        """The whole answer read from outside the sandbox, where the kind can do that in
+        one round trip and the inside could not see its cgroup anyway; None: ask inside."""
+        return None
 
     def has_own_cgroup(self, state: dict[str, Any]) -> bool:
         """Whether the sandbox's processes, and only they, are in a cgroup (a container)."""

@@ -11,7 +11,7 @@ import pytest
 
 from hosts.backends.agent.inside.usage import CGROUP_MOUNT
 from hosts.backends.agentusage import usage_call
-from hosts.backends.base import SandboxSpec
+from hosts.backends.base import SandboxGone, SandboxSpec
 from hosts.backends.ssh.backend import SshBackend
 from tests.ssh.helpers import make_backend
 from tests.ssh.sshd import Sshd
@@ -63,4 +63,15 @@ def test_the_agent_inside_says_it_cannot_see_its_cgroup(sshd: Sshd, base_dir: st
         assert CGROUP_MOUNT == "/sys/fs/cgroup"
     finally:
         ssh.destroy(state)
+        ssh.close()
+
+
+def test_a_gone_sandbox_is_gone(sshd: Sshd, base_dir: str, sudo_for_test_user: None) -> None:
+    ssh = make_backend(sshd, base_dir, agent=True, name="usage-box")
+    state = ssh.provision(spec())
+    ssh.destroy(state)
+    try:
+        with pytest.raises(SandboxGone):
+            ssh.sample_usage(state)
+    finally:
         ssh.close()

@@ -199,7 +199,7 @@ class SshBackend(AgentFirstBackend):
     def has_own_cgroup(self, state: dict[str, Any]) -> bool:
         return bool(state.get("isolated"))  # else its processes are in the login's cgroup
 
-    def usage_from_host(self, state: dict[str, Any]) -> dict[str, Any]:
+    def usage_outside(self, state: dict[str, Any]) -> dict[str, Any] | None:
         return host_usage(self.connection(), state)
 
     # --- host --------------------------------------------------------------------------------
