@@ -6,8 +6,9 @@ usagescripts.USAGE_SCRIPT (cat of the same files); an agent is never started onl
 Where the inside cannot see its own cgroup, the kind reads it from the host side: an
 isolated SSH sandbox (a cgroup namespace over the host's /sys) entirely, disk included, in one
 round trip (`usage_outside`); elsewhere the cgroup alone when the answer's `visible` says the
-inside could not (`usage_from_host`: Docker asks the engine). A kind whose sandboxes have no cgroup of their own (an SSH sandbox that
-is not isolated shares its login user's) answers None for CPU, memory and pids.
+inside could not (`usage_from_host`: Docker asks the engine). A sandbox without a cgroup of
+its own (an SSH sandbox that is not isolated shares its login user's) answers None for CPU,
+memory and pids (`has_own_cgroup`).
 """
 
 from __future__ import annotations
