@@ -24,6 +24,7 @@ from mcp_bridge import (
     tools_files,
     tools_lifecycle,
     tools_links,
+    tools_metrics,
     tools_previews,
     tools_sandboxes,
     tools_snapshots,
@@ -94,6 +95,7 @@ def build_server(auth: AuthProvider | None = None) -> FastMCP:
     tools_links.register(mcp)
     tools_lifecycle.register(mcp)
     tools_snapshots.register(mcp)
+    tools_metrics.register(mcp)
     resources.register(mcp)
     prompts.register(mcp)
     _serve_input_schemas(mcp)

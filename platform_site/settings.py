@@ -265,6 +265,12 @@ SANDHUB_SNAPSHOT_DIR = Path(env_str("SANDHUB_SNAPSHOT_DIR", str(VAR_DIR / "snaps
 # per sandbox) instead of one engine exec each; a host turns it off with the option agent: false.
 # Images without python3 use the per-command exec path whatever this says.
 SANDHUB_AGENT = env_bool("SANDHUB_AGENT", True)
+# Usage charts (sandboxes/housekeeping/usage.py): every running sandbox's CPU, memory, disk
+# and pids sampled each this many seconds, a round waiting at most ROUND seconds for slow
+# sandboxes; samples older than KEEP hours are removed.
+SANDHUB_USAGE_SAMPLE_SECONDS = env_int("SANDHUB_USAGE_SAMPLE_SECONDS", 60, minimum=5)
+SANDHUB_USAGE_ROUND_SECONDS = env_int("SANDHUB_USAGE_ROUND_SECONDS", 40, minimum=1)
+SANDHUB_USAGE_KEEP_HOURS = env_int("SANDHUB_USAGE_KEEP_HOURS", 24, minimum=1)
 
 # --- Agents and programs: API keys, the MCP endpoint, the REST API ---------------------------
 INSTALLED_APPS += ["mcp_bridge"]

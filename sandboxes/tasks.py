@@ -41,6 +41,11 @@ def reconcile() -> dict[str, Any]:
     return services.reconcile_hosts(Principal.system()).as_dict()
 
 
+def sample_usage() -> dict[str, Any]:
+    """Every minute (or SANDHUB_USAGE_SAMPLE_SECONDS): a usage sample of each running sandbox."""
+    return services.sample_all_usage(Principal.system())
+
+
 def refill_pools() -> dict[str, Any]:
     """Every minute, and after each claim: bring every warm pool to its size."""
     return services.refill_warm_pools(Principal.system()).as_dict()

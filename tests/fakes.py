@@ -32,6 +32,7 @@ from hosts.backends.base import (
     SandboxSpec,
 )
 from tests.fake_snapshots import FakeSnapshots
+from tests.fake_usage import FakeUsage
 
 
 class SocketPortStream(PortStream):
@@ -69,7 +70,7 @@ class SocketPortStream(PortStream):
             self.sock.close()
 
 
-class FakeBackend(FakeSnapshots, SandboxBackend):
+class FakeBackend(FakeUsage, FakeSnapshots, SandboxBackend):
     """Sandboxes are dicts of files; `echo`, `cat`, `exit N` and `sleep` are understood."""
 
     kind = "fake"

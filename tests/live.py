@@ -73,6 +73,7 @@ EXPECTED_TOOLS = {
     "list_snapshots",
     "delete_snapshot",
     "fork_sandbox",
+    "get_sandbox_metrics",
 }
 
 

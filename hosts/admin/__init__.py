@@ -15,10 +15,12 @@ from django.views.decorators.debug import sensitive_post_parameters
 
 from hosts.admin.actions import apply_each
 from hosts.admin.hostkeys import confirm_host_keys, fetch_host_keys
+from hosts.admin.usage import UsageChartsAdmin
 from hosts.models import Credential, Host, Image
 from sandboxes import services
 from sandboxes.contract.results import HostInfo
 from sandboxes.models import LIVE_STATUSES
+from sandboxes.web import charts
 from tenants.admin import admin_principal, truncated
 
 logger = logging.getLogger(__name__)
@@ -133,7 +135,7 @@ def _describe_probe(info: HostInfo) -> str:
 
 
 @admin.register(Host)
-class HostAdmin(admin.ModelAdmin):
+class HostAdmin(UsageChartsAdmin, admin.ModelAdmin):
     # Fits at 1280 px beside the filters: whether the host takes sandboxes and how full it
     # is first; enabled/draining/healthy in one "state", live and maximum in one "sandboxes",
     # the endpoint cut (whole in its title). GPUs and the rest are on the change page.
@@ -175,6 +177,7 @@ class HostAdmin(admin.ModelAdmin):
         "why_not",
         "gpu_count",
         "gpus",
+        "usage_charts",
     ]
     fieldsets = [
         (None, {"fields": ["name", "kind", "endpoint", "credential", "team"]}),
@@ -214,6 +217,7 @@ class HostAdmin(admin.ModelAdmin):
                     "gpu_percent",
                     "last_error",
                     "created_at",
+                    "usage_charts",
                 ]
             },
         ),
@@ -240,6 +244,14 @@ class HostAdmin(admin.ModelAdmin):
     @admin.display(description="endpoint", ordering="endpoint")
     def short_endpoint(self, host: Host) -> str:
         return truncated(host.endpoint, 32)
+
+    @admin.display(description="last hour")
+    def usage_charts(self, host: Host) -> str:
+        return self.usage_charts_of(
+            lambda request: charts.host_charts(
+                services.get_host_metrics(admin_principal(request), host.name), f"host-{host.pk}"
+            )
+        )
 
     @admin.display(description="host key")
     def host_key(self, host: Host) -> str:

@@ -30,6 +30,7 @@ from hosts.backends.agent import synccalls
 from hosts.backends.agent.client import AgentUnavailable
 from hosts.backends.agent.jobs import AgentJobs
 from hosts.backends.agent.link import AgentLink
+from hosts.backends.agentusage import AgentUsage
 from hosts.backends.base import (
     ExecResult,
     FileEntry,
@@ -51,7 +52,7 @@ T = TypeVar("T")
 LIVE_ALL = 1 << 62  # live output budget of a command through the agent: every byte, no sampling
 
 
-class AgentFirstBackend(SandboxBackend):
+class AgentFirstBackend(AgentUsage, SandboxBackend):
     agents: AgentLink
     agent_jobs: AgentJobs
     plain: PlainCommands

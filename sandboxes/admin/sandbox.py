@@ -10,12 +10,14 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 
+from hosts.admin.usage import UsageChartsAdmin
 from sandboxes import services
 from sandboxes.admin.deletion import DeleteThroughServiceMixin
 from sandboxes.admin.lifecycle import LIFECYCLE_ACTIONS, LifecycleActions
 from sandboxes.models import (
     Sandbox,
 )
+from sandboxes.web import charts
 from tenants.admin import admin_principal, pretty_json
 from tenants.principal import Principal
 
@@ -44,11 +46,12 @@ SANDBOX_READONLY_FIELDS = [
     "status_changed_at",
     "lifetime_started_at",
     "lifetime_minutes",
+    "usage_charts",
 ]
 
 
 @admin.register(Sandbox)
-class SandboxAdmin(DeleteThroughServiceMixin, LifecycleActions, admin.ModelAdmin):
+class SandboxAdmin(UsageChartsAdmin, DeleteThroughServiceMixin, LifecycleActions, admin.ModelAdmin):
     list_display = [
         "public_id",
         "name",
@@ -75,6 +78,7 @@ class SandboxAdmin(DeleteThroughServiceMixin, LifecycleActions, admin.ModelAdmin
             "Limits",
             {"fields": ["cpus", "memory_mb", "pids_limit", "network", "gpus", "env_pretty"]},
         ),
+        ("Usage", {"fields": ["usage_charts"]}),
         (
             "Times",
             {
@@ -128,6 +132,16 @@ class SandboxAdmin(DeleteThroughServiceMixin, LifecycleActions, admin.ModelAdmin
     @admin.display(description="backend state")
     def backend_state_pretty(self, sandbox: Sandbox) -> str:
         return pretty_json(sandbox.backend_state)
+
+    @admin.display(description="last hour")
+    def usage_charts(self, sandbox: Sandbox) -> str:
+        return self.usage_charts_of(
+            lambda request: charts.sandbox_charts(
+                services.get_sandbox_metrics(
+                    admin_principal(request, team=sandbox.team), sandbox.public_id
+                )
+            )
+        )
 
     @admin.display(description="commands")
     def command_history(self, sandbox: Sandbox) -> str:

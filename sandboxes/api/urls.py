@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from sandboxes.api import files, lifecycle, links, previews, snapshots, sync, views
+from sandboxes.api import files, lifecycle, links, metrics, previews, snapshots, sync, views
 
 app_name = "api"
 urlpatterns = [
@@ -58,6 +58,7 @@ urlpatterns = [
     ),
     path("sandboxes/<str:sandbox_id>/deploy/", previews.DeployView.as_view(), name="deploy"),
     path("sandboxes/<str:sandbox_id>/links/", links.LinkListView.as_view(), name="links"),
+    path("sandboxes/<str:sandbox_id>/metrics/", metrics.MetricsView.as_view(), name="metrics"),
     path(
         "sandboxes/<str:sandbox_id>/links/<str:link_id>/",
         links.LinkDetailView.as_view(),

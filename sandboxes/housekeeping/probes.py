@@ -14,6 +14,7 @@ from django.utils import timezone
 from hosts.backends import get_backend
 from hosts.backends.base import BackendError, HostKeyRejected, ProbeResult
 from hosts.models import Host
+from sandboxes.housekeeping import usage
 from sandboxes.housekeeping.config import system_for
 from sandboxes.policy import placement
 from tenants import audit
@@ -109,7 +110,9 @@ def probe_hosts(hosts: list[Host] | None = None) -> list[Host]:
     # Threads only talk to hosts; the database is written from this thread.
     with ThreadPoolExecutor(max_workers=min(_PROBE_THREADS, len(hosts))) as executor:
         results = list(executor.map(probe_unconfigured_too, hosts))
-    return [record_probe(host, result) for host, result in zip(hosts, results, strict=True)]
+    recorded = [record_probe(host, result) for host, result in zip(hosts, results, strict=True)]
+    usage.record_host_samples(recorded, results)  # the hosts pages' charts
+    return recorded
 
 
 def _record_host_facts(host: Host, details: dict[str, Any]) -> None:

@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.apps.registry import Apps
+from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS
 from django.utils import timezone
 
@@ -37,6 +38,13 @@ SCHEDULES = (
     ScheduleSpec("sandhub.reconcile", "sandboxes.tasks.reconcile", 5),
     # Background commands whose supervisor was lost (see sandboxes.tasks.supervise_background).
     ScheduleSpec("sandhub.recover_background", "sandboxes.tasks.recover_background", 1),
+    # Usage charts: every SANDHUB_USAGE_SAMPLE_SECONDS, in whole minutes; a shorter interval
+    # is several rounds in one run (sandboxes/housekeeping/usage.py).
+    ScheduleSpec(
+        "sandhub.sample_usage",
+        "sandboxes.tasks.sample_usage",
+        max(1, round(settings.SANDHUB_USAGE_SAMPLE_SECONDS / 60)),
+    ),
 )
 
 

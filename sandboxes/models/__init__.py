@@ -34,6 +34,7 @@ from sandboxes.models.snapshots import (
     SnapshotQuerySet,
     SnapshotStatus,
 )
+from sandboxes.models.usage import HostUsageSample, UsageSample
 
 __all__ = [
     "ALLOWED_TRANSITIONS",
@@ -50,6 +51,7 @@ __all__ = [
     "AccessLinkQuerySet",
     "CommandExecution",
     "CommandStatus",
+    "HostUsageSample",
     "InvalidTransition",
     "LinkKind",
     "Preview",
@@ -61,6 +63,7 @@ __all__ = [
     "Snapshot",
     "SnapshotQuerySet",
     "SnapshotStatus",
+    "UsageSample",
     "WarmContainer",
     "WarmContainerStatus",
     "new_link_id",

@@ -120,6 +120,7 @@ from sandboxes.services.sync import (
     tree_manifest,
 )
 from sandboxes.services.synctar import TooLarge
+from sandboxes.services.usage import get_host_metrics, get_sandbox_metrics, sample_all_usage
 from sandboxes.services.workflows import run_once, run_tests
 
 __all__ = [
@@ -215,4 +216,7 @@ __all__ = [
     "get_snapshot",
     "list_snapshots",
     "snapshot_sandbox",
+    "get_host_metrics",
+    "get_sandbox_metrics",
+    "sample_all_usage",
 ]

@@ -17,6 +17,7 @@ from sandboxes.web import (
     sandbox,
     sandbox_run,
     snapshots,
+    usage,
 )
 
 S = "sandboxes/<str:sandbox_id>/"
@@ -30,6 +31,7 @@ urlpatterns = [
     path(S + "snapshot/", snapshots.take, name="sandbox-snapshot"),
     path(S + "run/", sandbox_run.run, name="sandbox-run"),
     path(S + "commands/", sandbox.history, name="sandbox-commands"),
+    path(S + "usage/", usage.sandbox_usage, name="sandbox-usage"),
     path(S + "commands/<int:command_id>/", sandbox.command, name="sandbox-command"),
     path(S + "files/", files.browse, name="sandbox-files"),
     path(S + "files/view/", files.view, name="sandbox-file"),

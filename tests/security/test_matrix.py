@@ -124,6 +124,7 @@ REST_CASES: dict[tuple[str, str], RestCase] = {
     ("links", "POST"): RestCase(SANDBOX_B, json={"path": "secret.txt"}),
     ("link", "DELETE"): RestCase(LINK_B),
     ("manifest", "GET"): RestCase(SANDBOX_B, query={"path": "/workspace"}),
+    ("metrics", "GET"): RestCase(SANDBOX_B, query={"live": "true"}),
     ("sync", "POST"): RestCase(SANDBOX_B, raw=matrix.pwned_tar(), query={"path": "/workspace"}),
     ("sync-delete", "POST"): RestCase(SANDBOX_B, json=SECRET_PATHS),
     ("sync-download", "POST"): RestCase(SANDBOX_B, json=SECRET_PATHS),
@@ -271,6 +272,7 @@ TOOL_CASES: dict[str, ToolCase] = {
     "stop_app": ToolCase(on_b(port=8000), write=True),
     "get_file_link": ToolCase(on_b(path="secret.txt"), write=True),
     "list_links": ToolCase(on_b()),
+    "get_sandbox_metrics": ToolCase(on_b(live=True)),
     "revoke_link": ToolCase(LINK_B, write=True),
     **dict.fromkeys(("pause_sandbox", "resume_sandbox", "stop_sandbox"), ToolCase(on_b(), True)),
 }

@@ -77,6 +77,14 @@ Operations (REQUEST payloads) and their answers:
          its side, what it sent is delivered, then RESULT {"sent", "received", "reset"}
          (reset: the app reset the connection, so its data may be cut short). CANCEL closes
          the connection: RESULT {"cancelled": true, ...}.
+- usage {"workspace"} -> RESULT {"visible", "cgroup", "cpu_usec", "cpu_limit", "memory",
+      "memory_limit", "pids", "pids_limit", "disk_used", "disk_limit", "disk_partial", "at"}:
+      the agent's own cgroup (v1 or v2, found from /proc/self/cgroup and taken only if its
+      cgroup.procs lists the agent's pid; else "visible" false and no cgroup keys, and the
+      platform reads the cgroup from the host side), memory without inactive_file, CPU time
+      in microseconds and the quota in cores; the workspace by statvfs if it is a filesystem
+      of its own, else by a walk bounded in entries and time ("disk_partial": cut short, so
+      a lower bound). null: not known, or no limit (inside/usage.py).
 """
 
 from __future__ import annotations

@@ -59,6 +59,7 @@ from hosts.backends.docker.pool import Pool
 from hosts.backends.docker.probe import Prober
 from hosts.backends.docker.snapshots import Snapshots
 from hosts.backends.docker.states import States
+from hosts.backends.docker.usage import engine_usage
 from hosts.backends.fallback.commands import PlainCommands
 from hosts.backends.fallback.jobs import PlainJobs
 
@@ -166,6 +167,9 @@ class DockerBackend(AgentFirstBackend):
         )
 
     # --- host --------------------------------------------------------------------------------
+    def usage_from_host(self, state: dict[str, Any]) -> dict[str, Any]:
+        return engine_usage(self.engine, state)
+
     def probe(self) -> ProbeResult:
         result = self.prober.probe()
         if not result.healthy:

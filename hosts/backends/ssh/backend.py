@@ -51,6 +51,7 @@ from hosts.backends.ssh.hostprobe import HostFacts
 from hosts.backends.ssh.plain import SshPlainExec
 from hosts.backends.ssh.pool import pool
 from hosts.backends.ssh.tarstreams import SshTars
+from hosts.backends.ssh.usage import host_usage
 
 if TYPE_CHECKING:
     from hosts.models import Host
@@ -194,6 +195,12 @@ class SshBackend(AgentFirstBackend):
                 f"tell whose listener a port is ({why})"
             )
         return ports.open_direct(self.connection(), port, timeout)
+
+    def has_own_cgroup(self, state: dict[str, Any]) -> bool:
+        return bool(state.get("isolated"))  # else its processes are in the login's cgroup
+
+    def usage_outside(self, state: dict[str, Any]) -> dict[str, Any] | None:
+        return host_usage(self.connection(), state)
 
     # --- host --------------------------------------------------------------------------------
     def probe(self) -> ProbeResult:

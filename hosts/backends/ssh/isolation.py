@@ -127,6 +127,12 @@ else
     mkdir -p "/sys/fs/cgroup/$c/sandhub/$id" || fail "cannot make the cgroup $c/sandhub/$id"
     cgpaths="$cgpaths /sys/fs/cgroup/$c/sandhub/$id"
   done
+  # CPU time for usage samples (hosts/backends/agentusage.py): cpuacct, where it is a
+  # hierarchy apart from cpu's (most hosts mount them together: the cpu cgroup is it).
+  a=/sys/fs/cgroup/cpuacct
+  if [ -f "$a/tasks" ] && ! [ "$a" -ef /sys/fs/cgroup/cpu ] && mkdir -p "$a/sandhub/$id"; then
+    cgpaths="$cgpaths $a/sandhub/$id"
+  fi
 fi
 printf '%s\\n' $cgpaths > "$dir/cgroups"
 made_cgroups=1

@@ -16,7 +16,20 @@ tests; nothing there runs at import.
 - files: read, write (atomic), list, background job start, kill by marker;
 - sync:  a tree's manifest (sorted, paged, walked lazily) and deletions under a root;
 - ports: port streams: a TCP connection to the sandbox's own listener, both ways (previews);
+- usage: the sandbox's cgroup (CPU, memory, pids) and its workspace's disk, now;
 - main:  the agent itself: reads frames, dispatches requests, shuts down at end of input.
 """
 
-PARTS = ("constants", "guard", "oom", "wire", "procs", "command", "files", "sync", "ports", "main")
+PARTS = (
+    "constants",
+    "guard",
+    "oom",
+    "wire",
+    "procs",
+    "command",
+    "files",
+    "sync",
+    "ports",
+    "usage",
+    "main",
+)

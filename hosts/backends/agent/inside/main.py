@@ -46,6 +46,7 @@ from .guard import LIBC, guard_streams, keep_to_itself
 from .ports import op_port
 from .procs import SWEEP_LIMIT
 from .sync import op_manifest, op_remove
+from .usage import op_usage
 from .wire import Pool, Reaper, Refusal, Request, Wire
 
 
@@ -71,6 +72,7 @@ class Agent:
             "read": op_read,
             "remove": op_remove,
             "write": op_write,
+            "usage": op_usage,
         }
 
     def serve(self) -> None:
