@@ -41,6 +41,7 @@ from sandboxes.services.commands import (
     run_python,
 )
 from sandboxes.services.common import decode_output
+from sandboxes.services.file_ops import delete_path, make_directory, rename_path
 from sandboxes.services.files import (
     READ_FILE_MAX_BYTES,
     UploadSource,
@@ -159,6 +160,7 @@ __all__ = [
     "create_sandbox",
     "decode_output",
     "delete_sandbox",
+    "delete_path",
     "download_files",
     "extend_sandbox",
     "extendable_minutes",
@@ -169,6 +171,7 @@ __all__ = [
     "latest_expiry",
     "list_commands",
     "list_files",
+    "make_directory",
     "list_hosts",
     "fetch_host_key",
     "confirm_host_key",
@@ -184,6 +187,7 @@ __all__ = [
     "read_file",
     "reconcile_hosts",
     "refill_warm_pools",
+    "rename_path",
     "rename_sandbox",
     "run_command",
     "run_once",
