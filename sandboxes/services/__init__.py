@@ -96,6 +96,7 @@ from sandboxes.services.previews_tokens import (
     parse_preview_host,
     preview_url,
 )
+from sandboxes.services.sandbox_search import search_sandboxes
 from sandboxes.services.sandboxes import (
     create_sandbox,
     delete_sandbox,
@@ -190,6 +191,7 @@ __all__ = [
     "rename_path",
     "rename_sandbox",
     "run_command",
+    "search_sandboxes",
     "run_once",
     "run_python",
     "run_tests",
