@@ -162,7 +162,7 @@ def upload(request: HttpRequest, sandbox_id: str) -> HttpResponse:
     dropped = request.headers.get("Accept") == "application/json"
     if not form.is_valid():
         if dropped:
-            errors = [e for messages_ in form.errors.values() for e in messages_]
+            errors = [str(e) for messages_ in form.errors.values() for e in messages_]
             return JsonResponse({"error": " ".join(errors)}, status=400)
         return render_page(request, sandbox_id, status=400, upload_form=form)
     directory = form.cleaned_data["directory"] or WORKSPACE
