@@ -114,6 +114,12 @@ def test_search_sort_and_pages_with_htmx(asgi_server, world, chromium, small_pag
     assert page.input_value("#sandbox-q") == "web-"
     page.reload()  # the address holds it all
     wait_for_rows(page, ["web-cedar"])
+    page.fill("#sandbox-q", "web-e")  # a new search keeps the sort, from its first page
+    wait_for_rows(page, ["web-elm"])
+    assert "sort=-name" in page.url and "page=" not in page.url
+    page.go_back()
+    wait_for_rows(page, ["web-cedar"])
+    assert page.input_value("#sandbox-q") == "web-"  # back shows the search it had
     page.context.close()
 
 
