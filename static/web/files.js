@@ -1,8 +1,9 @@
 // The files section's drag-and-drop upload (templates/web/sandbox/_files.html): files dropped
 // on the section go to the folder it shows, through the upload form's own endpoint, with a
-// progress bar and the server's message; then the section is reloaded in place. Folders are
-// not uploaded: the message says so and names them. Listeners sit on the document, so they
-// keep working when htmx swaps the section for another folder's.
+// progress bar and the server's message; then the section is reloaded in place. A folder
+// dropped is uploaded with what it holds (one upload per folder inside it; empty folders are
+// not made). Listeners sit on the document, so they keep working when htmx swaps the section
+// for another folder's.
 (function () {
   "use strict";
 
@@ -26,18 +27,50 @@
     document.getElementById("drop-message").textContent = text;
   }
 
-  // Files and folders dropped: a folder shows as an entry (webkitGetAsEntry) and as a File
-  // of its name in the file list, which must not be sent as an (empty) file.
-  function sortDropped(dataTransfer) {
-    var folders = [];
+  // What was dropped, as entries (webkitGetAsEntry), taken while the drop event lasts: after
+  // it the DataTransfer is emptied. Without entries (an old browser): the files alone.
+  function droppedEntries(dataTransfer) {
+    var entries = [];
     Array.prototype.forEach.call(dataTransfer.items || [], function (item) {
-      var entry = item.webkitGetAsEntry ? item.webkitGetAsEntry() : null;
-      if (entry && entry.isDirectory) folders.push(entry.name);
+      var entry = item.kind === "file" && item.webkitGetAsEntry ? item.webkitGetAsEntry() : null;
+      if (entry) entries.push(entry);
     });
-    var files = Array.prototype.filter.call(dataTransfer.files || [], function (file) {
-      return folders.indexOf(file.name) === -1;
+    if (entries.length) return entries;
+    return Array.prototype.map.call(dataTransfer.files || [], function (file) {
+      return { isFile: true, name: file.name, file: function (ok) { ok(file); } };
     });
-    return { files: files, folders: folders };
+  }
+
+  // Every file under the entries, with the folder it goes to (relative: "" or "a/b").
+  // A folder's reader gives its entries in batches, until an empty one.
+  function collect(entries, folder, found) {
+    return Promise.all(entries.map(function (entry) {
+      if (entry.isFile) {
+        return new Promise(function (ok, fail) {
+          entry.file(function (file) { found.push({ file: file, folder: folder }); ok(); }, fail);
+        });
+      }
+      if (!entry.isDirectory) return null;
+      var inner = folder ? folder + "/" + entry.name : entry.name;
+      var reader = entry.createReader();
+      return new Promise(function (ok, fail) {
+        var children = [];
+        (function more() {
+          reader.readEntries(function (batch) {
+            if (!batch.length) { collect(children, inner, found).then(ok, fail); return; }
+            children = children.concat(Array.prototype.slice.call(batch));
+            more();
+          }, fail);
+        })();
+      });
+    })).then(function () { return found; });
+  }
+
+  // One upload per folder (the upload endpoint writes its files into one folder), in turn.
+  function byFolder(found) {
+    var groups = {};
+    found.forEach(function (item) { (groups[item.folder] = groups[item.folder] || []).push(item.file); });
+    return Object.keys(groups).sort().map(function (folder) { return { folder: folder, files: groups[folder] }; });
   }
 
   function refresh(zone, then) {
@@ -47,39 +80,57 @@
     window.htmx.ajax("GET", url, { target: "#files", swap: "outerHTML" }).then(then);
   }
 
-  function upload(zone, dropped) {
-    var token = zone.querySelector("input[name=csrfmiddlewaretoken]");
-    var body = new FormData();
-    dropped.files.forEach(function (file) { body.append("files", file, file.name); });
-    body.append("directory", zone.getAttribute("data-directory"));
-    var skipped = dropped.folders.length
-      ? " Folders are not uploaded (" + dropped.folders.join(", ") + "): drop their files, or upload a .tar with the command runner."
-      : "";
-    var noun = dropped.files.length === 1 ? "file" : "files";
-    say("Uploading " + dropped.files.length + " " + noun + "…", false, 0);
-    var request = new XMLHttpRequest();
-    request.open("POST", zone.getAttribute("data-upload-url"));
-    request.setRequestHeader("Accept", "application/json");
-    if (token) request.setRequestHeader("X-CSRFToken", token.value);
-    request.upload.addEventListener("progress", function (event) {
-      if (event.lengthComputable) {
-        var percent = Math.round(100 * event.loaded / event.total);
-        say("Uploading " + dropped.files.length + " " + noun + "… " + percent + " %", false, percent);
-      }
+  function send(zone, group, progress) {
+    return new Promise(function (ok, fail) {
+      var token = zone.querySelector("input[name=csrfmiddlewaretoken]");
+      var base = zone.getAttribute("data-directory");
+      var body = new FormData();
+      group.files.forEach(function (file) { body.append("files", file, file.name); });
+      body.append("directory", group.folder ? base.replace(/\/$/, "") + "/" + group.folder : base);
+      var request = new XMLHttpRequest();
+      request.open("POST", zone.getAttribute("data-upload-url"));
+      request.setRequestHeader("Accept", "application/json");
+      if (token) request.setRequestHeader("X-CSRFToken", token.value);
+      request.upload.addEventListener("progress", function (event) {
+        if (event.lengthComputable) progress(event.loaded / event.total);
+      });
+      request.addEventListener("load", function () {
+        var answer = {};
+        try { answer = JSON.parse(request.responseText); } catch (ignored) { answer = {}; }
+        if (request.status === 200) ok(answer);
+        else fail(new Error(answer.error || "the server answered " + request.status));
+      });
+      request.addEventListener("error", function () {
+        fail(new Error("the server could not be reached"));
+      });
+      request.send(body);
     });
-    request.addEventListener("load", function () {
-      var answer = {};
-      try { answer = JSON.parse(request.responseText); } catch (ignored) { answer = {}; }
-      if (request.status === 200) {
-        refresh(zone, function () { say(answer.message + skipped, false, null); });
-      } else {
-        say("Upload failed: " + (answer.error || "the server answered " + request.status) + skipped, true, null);
-      }
+  }
+
+  function upload(zone, groups) {
+    var count = groups.reduce(function (n, g) { return n + g.files.length; }, 0);
+    var noun = count === 1 ? "file" : "files";
+    var said = [];
+    var done = 0;
+    say("Uploading " + count + " " + noun + "…", false, 0);
+    var chain = Promise.resolve();
+    groups.forEach(function (group, index) {
+      chain = chain.then(function () {
+        return send(zone, group, function (part) {
+          var percent = Math.round(100 * (done + part * group.files.length) / count);
+          say("Uploading " + count + " " + noun + "… " + percent + " %", false, percent);
+        }).then(function (answer) {
+          done += group.files.length;
+          said.push(answer.message);
+        });
+      });
     });
-    request.addEventListener("error", function () {
-      say("Upload failed: the server could not be reached." + skipped, true, null);
+    chain.then(function () {
+      refresh(zone, function () { say(said.join(" "), false, null); });
+    }, function (error) {
+      var before = said.length ? said.join(" ") + " " : "";
+      say(before + "Upload failed: " + error.message, true, null);
     });
-    request.send(body);
   }
 
   document.addEventListener("dragover", function (event) {
@@ -98,13 +149,14 @@
     if (!zone || !event.dataTransfer) return;
     event.preventDefault();
     zone.classList.remove("drop-target");
-    var dropped = sortDropped(event.dataTransfer);
-    if (!dropped.files.length) {
-      say(dropped.folders.length
-        ? "Folders are not uploaded (" + dropped.folders.join(", ") + "): drop the files in them."
-        : "Nothing to upload: drop files from your computer.", true, null);
-      return;
-    }
-    upload(zone, dropped);
+    collect(droppedEntries(event.dataTransfer), "", []).then(function (found) {
+      if (!found.length) {
+        say("Nothing to upload: drop files or folders with files in them.", true, null);
+        return;
+      }
+      upload(zone, byFolder(found));
+    }, function () {
+      say("Upload failed: the browser could not read what was dropped.", true, null);
+    });
   });
 })();

@@ -1,7 +1,7 @@
 """The files section and the sandbox page's own actions in a real headless Chromium, against
 the live server and the real Docker engine: a new folder, rename, delete (asking first), a
-drag-and-drop upload of several files (a real drop event carrying a DataTransfer) with its
-progress and errors, folders dropped refused by name, the new-file hint naming the folder
+drag-and-drop upload of several files and of a folder (a real drop event carrying a
+DataTransfer) with its progress and errors, the new-file hint naming the folder
 shown, the warning before the sandbox expires with its Extend button, and Delete on the
 sandbox page. Screenshots under the test's tmp_path (`pytest -s` prints where)."""
 
@@ -27,17 +27,38 @@ pytestmark = pytest.mark.docker
 
 PASSWORD = "correct-horse-battery"
 
-# Drops files made in the page on the files section, as a person dragging them from the
-# desktop would: dragover (the section accepts) then drop, both carrying the DataTransfer.
-# `folders` are names the drop says are folders (what webkitGetAsEntry tells for a folder
-# dragged in: a page cannot build such an entry itself).
-DROP = """([files, folders]) => {
+# Drops a tree made in the page on the files section, as a person dragging files and folders
+# from the desktop would: dragenter, dragover (the section accepts) and drop, carrying the
+# DataTransfer. `tree`: name -> text (a file) or -> tree (a folder). A page cannot make a
+# folder's DataTransfer itself, so each item's entry (webkitGetAsEntry, the File and
+# Directory Entries API the script reads) is given here, with a folder's reader.
+DROP = """(tree) => {
   const transfer = new DataTransfer();
-  for (const [name, text] of files) transfer.items.add(new File([text], name));
-  for (const name of folders) transfer.items.add(new File([""], name));
+  const entries = new Map();
+  function entryOf(name, value) {
+    if (typeof value === "string") {
+      const file = new File([value], name);
+      return { isFile: true, isDirectory: false, name, file: (ok) => ok(file) };
+    }
+    const children = Object.entries(value).map(([n, v]) => entryOf(n, v));
+    const createReader = () => {
+      let given = false;
+      return {
+        readEntries: (ok) => {
+          const batch = given ? [] : children;
+          given = true;
+          setTimeout(() => ok(batch));  // later, as a browser answers
+        },
+      };
+    };
+    return { isFile: false, isDirectory: true, name, createReader };
+  }
+  for (const [name, value] of Object.entries(tree)) {
+    transfer.items.add(new File([typeof value === "string" ? value : ""], name));
+    entries.set(name, entryOf(name, value));
+  }
   DataTransferItem.prototype.webkitGetAsEntry = function () {
-    const file = this.getAsFile();
-    return { name: file.name, isDirectory: folders.includes(file.name) };
+    return entries.get(this.getAsFile().name) || null;
   };
   const target = document.querySelector("#files");
   for (const type of ["dragenter", "dragover", "drop"]) {
@@ -156,26 +177,28 @@ def test_the_new_file_hint_and_place_follow_the_folder_shown(asgi_server, world,
 
 def test_drag_and_drop_upload(asgi_server, world, page, screenshots, settings) -> None:
     page.goto(f"{asgi_server}/sandboxes/{world['sandbox']}/?path=/workspace/docs")
-    files = [["one.txt", "first\n"], ["two.txt", "second\n"]]
-    assert page.evaluate(DROP, [files, []]) is False  # the drop ended the drop-target look
+    assert page.evaluate(DROP, {"one.txt": "first\n", "two.txt": "second\n"}) is False
     page.wait_for_selector("tr[data-path='/workspace/docs/two.txt']")
     assert "Uploaded 2 files (13 bytes) to /workspace/docs." in page.inner_text("#drop-status")
     assert off_loop(content, world, "/workspace/docs/one.txt") == b"first\n"
     screenshots(page, "dropped")
 
-    page.evaluate(DROP, [[["three.txt", "3"]], ["a-folder"]])
-    page.wait_for_selector("tr[data-path='/workspace/docs/three.txt']")
+    # A folder is uploaded with what it holds, folders inside it too.
+    page.evaluate(DROP, {"three.txt": "3", "a-folder": {"x.txt": "X", "sub": {"y.txt": "Y"}}})
+    page.wait_for_selector("tr[data-path='/workspace/docs/a-folder']")
     said = page.inner_text("#drop-status")
-    assert "Uploaded 1 file" in said and "Folders are not uploaded (a-folder)" in said
-    assert "a-folder" not in off_loop(listing, world, "/workspace/docs")
+    assert "Uploaded 1 file (1 bytes) to /workspace/docs/a-folder/sub." in said
+    assert off_loop(content, world, "/workspace/docs/a-folder/sub/y.txt") == b"Y"
+    assert off_loop(content, world, "/workspace/docs/a-folder/x.txt") == b"X"
+    assert off_loop(content, world, "/workspace/docs/three.txt") == b"3"
 
     settings.SANDHUB_MAX_TRANSFER_BYTES = 1024  # the live server runs in this process
-    page.evaluate(DROP, [[["big.bin", "x" * 4096]], []])
+    page.evaluate(DROP, {"big.bin": "x" * 4096})
     page.wait_for_selector("#drop-status.error")
     assert "Upload failed: Uploads are limited to 1024 bytes" in page.inner_text("#drop-status")
-    page.evaluate(DROP, [[], ["only-folder"]])
+    page.evaluate(DROP, {"empty-folder": {}})
     page.wait_for_function(
-        "() => document.querySelector('#drop-message').textContent.includes('only-folder')"
+        "() => document.querySelector('#drop-message').textContent.startsWith('Nothing')"
     )
     screenshots(page, "drop-refused")
     assert "big.bin" not in off_loop(listing, world, "/workspace/docs")
