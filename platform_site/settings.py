@@ -90,6 +90,8 @@ TEMPLATES = [
                 # `web` in templates: the team web pages' principal, role and teams.
                 "sandboxes.web.context.web",
             ],
+            # {% load expiry %}: the warning before a sandbox expires (sandboxes/web/expiry.py).
+            "libraries": {"expiry": "sandboxes.web.expiry"},
         },
     },
 ]
@@ -209,6 +211,8 @@ SANDHUB_OUTPUT_CAP_BYTES = env_int("SANDHUB_OUTPUT_CAP_BYTES", 1024 * 1024, mini
 SANDHUB_DEFAULT_TIMEOUT_SECONDS = env_int("SANDHUB_DEFAULT_TIMEOUT_SECONDS", 60, minimum=1)
 SANDHUB_MAX_TIMEOUT_SECONDS = env_int("SANDHUB_MAX_TIMEOUT_SECONDS", 3600, minimum=1)
 SANDHUB_MAX_TRANSFER_BYTES = env_int("SANDHUB_MAX_TRANSFER_BYTES", 100 * 1024 * 1024, minimum=1024)
+# The pages warn about a sandbox that expires within this many minutes (0: never).
+SANDHUB_EXPIRY_WARNING_MINUTES = env_int("SANDHUB_EXPIRY_WARNING_MINUTES", 15, minimum=0)
 # How long a file link (a signed URL that downloads one file without a session) stays valid.
 SANDHUB_FILE_LINK_SECONDS = env_int("SANDHUB_FILE_LINK_SECONDS", 3600, minimum=60)
 # Previews (sandboxes/proxy/): with a domain, a sandbox's port is served at

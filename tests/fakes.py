@@ -20,7 +20,6 @@ from hosts.backends.base import (
     LABEL_POOL,
     BackendError,
     ExecResult,
-    FileEntry,
     HeadTailBuffer,
     JobStatus,
     ManagedResource,
@@ -31,6 +30,7 @@ from hosts.backends.base import (
     SandboxGone,
     SandboxSpec,
 )
+from tests.fake_file_ops import FakeFileOps
 from tests.fake_snapshots import FakeSnapshots
 from tests.fake_usage import FakeUsage
 
@@ -70,7 +70,7 @@ class SocketPortStream(PortStream):
             self.sock.close()
 
 
-class FakeBackend(FakeUsage, FakeSnapshots, SandboxBackend):
+class FakeBackend(FakeUsage, FakeFileOps, FakeSnapshots, SandboxBackend):
     """Sandboxes are dicts of files; `echo`, `cat`, `exit N` and `sleep` are understood."""
 
     kind = "fake"
@@ -177,6 +177,8 @@ class FakeBackend(FakeUsage, FakeSnapshots, SandboxBackend):
                 return b"", missing.encode(), 1, False
             data = box["files"][path]
             return data[start : start + length], f"{len(data)}\n".encode(), 0, False
+        if argv[:2] == ["sh", "-c"] and argv[3:4] == ["sandhub-fileop"]:
+            return self._file_op(box, argv[4:])
         if argv[:2] != ["bash", "-c"]:
             return b"", b"", 0, False
         words = shlex.split(argv[2])
@@ -307,16 +309,7 @@ class FakeBackend(FakeUsage, FakeSnapshots, SandboxBackend):
         data = buffer.getvalue()
         return iter([data[i : i + 4096] for i in range(0, len(data), 4096)])
 
-    def list_dir(self, state, path) -> list[FileEntry]:
-        box = self._running_box(state)
-        entries = [
-            FileEntry(posixpath.basename(p), p, "file", len(c), 0.0, "644")
-            for p, c in box["files"].items()
-            if posixpath.dirname(p) == path or p == path
-        ]
-        if not entries:
-            raise FileNotFoundError(path)
-        return entries
+    # list_dir: tests/fake_file_ops.py (folders too)
 
     # --- ports: a sandbox port is a loopback server the test started --------------------------
     # ports: sandbox port -> the loopback port of a server the test runs, listening in every

@@ -1,4 +1,5 @@
-"""REST endpoints for files: list, upload (multipart or a raw body), download (streamed)."""
+"""REST endpoints for files: list, upload (multipart or a raw body), download (streamed),
+delete, rename (move) and new folder."""
 
 from __future__ import annotations
 
@@ -10,15 +11,16 @@ from django.conf import settings
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import status
+from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from sandboxes import services
-from sandboxes.api.base import ERRORS, TEAM_PARAM, ServiceView, errors, principal
+from sandboxes.api.base import ERRORS, TEAM_PARAM, ServiceView, errors, principal, valid
 from sandboxes.api.serializers import (
     ErrorSerializer,
     FileEntrySerializer,
+    StrictSerializer,
     UploadFormSerializer,
     UploadResultSerializer,
 )
@@ -27,12 +29,53 @@ from sandboxes.http.streaming import download
 from sandboxes.policy.validation import WORKSPACE
 from sandboxes.services import UploadSource
 
+# --- delete, rename, new folder (FilesView takes DELETE) ---------------------------------
+
+
+class FileChangeSerializer(serializers.Serializer):
+    sandbox_id = serializers.CharField()
+    action = serializers.ChoiceField(choices=["delete", "rename", "mkdir"])
+    path = serializers.CharField(help_text="the path acted on (a rename's source), absolute")
+    to = serializers.CharField(allow_null=True, help_text="a rename's destination, absolute")
+    resumed_seconds = serializers.FloatField(allow_null=True)
+
+
+class RenameSerializer(StrictSerializer):
+    path = serializers.CharField(help_text=f"What to rename; relative paths start at {WORKSPACE}.")
+    to = serializers.CharField(help_text="Its new path (not a folder to move it into).")
+
+
+class MkdirSerializer(StrictSerializer):
+    path = serializers.CharField(help_text="The new folder; missing folders on its way are made.")
+
+
+INSIDE = f"Only inside {WORKSPACE} (not the folder itself), never through a symbolic link."
+
+
+class FileDeleteMixin:
+    @extend_schema(
+        summary="Delete a file or a folder (with what it holds)",
+        description=f"A link is removed, not what it points to. {INSIDE}",
+        parameters=[
+            OpenApiParameter("path", str, required=True, description="What to delete."),
+            TEAM_PARAM,
+        ],
+        responses={200: FileChangeSerializer, **errors(400, 403, 404, 502)},
+    )
+    def delete(self, request: Request, sandbox_id: str) -> Response:
+        path = request.query_params.get("path")
+        if not path:
+            raise InvalidInput("name what to delete with ?path=")
+        result = services.delete_path(principal(request), sandbox_id, path)
+        return Response(FileChangeSerializer(result).data)
+
+
 # --- files -----------------------------------------------------------------------------------
 
 PATH_PARAM = OpenApiParameter("path", str, description=f"Path; relative ones start at {WORKSPACE}.")
 
 
-class FilesView(ServiceView):
+class FilesView(FileDeleteMixin, ServiceView):
     serializer_class = FileEntrySerializer
 
     @extend_schema(
@@ -147,3 +190,37 @@ class DownloadView(ServiceView):
         # directory") are still a proper error response rather than a stream that breaks off.
         chunks = services.open_file_stream(principal(request), sandbox_id, path)
         return download(chunks, path)
+
+
+class FileRenameView(ServiceView):
+    pagination_class = None
+    serializer_class = RenameSerializer
+
+    @extend_schema(
+        summary="Rename or move a file or folder",
+        description=f"An existing destination is refused (409), never replaced. {INSIDE}",
+        parameters=[TEAM_PARAM],
+        request=RenameSerializer,
+        responses={200: FileChangeSerializer, **errors(400, 403, 404, 409, 502)},
+    )
+    def post(self, request: Request, sandbox_id: str) -> Response:
+        data = valid(RenameSerializer, request)
+        result = services.rename_path(principal(request), sandbox_id, data["path"], data["to"])
+        return Response(FileChangeSerializer(result).data)
+
+
+class FileMkdirView(ServiceView):
+    pagination_class = None
+    serializer_class = MkdirSerializer
+
+    @extend_schema(
+        summary="Create a folder",
+        description=f"An existing one is refused (409). {INSIDE}",
+        parameters=[TEAM_PARAM],
+        request=MkdirSerializer,
+        responses={201: FileChangeSerializer, **errors(400, 403, 409, 502)},
+    )
+    def post(self, request: Request, sandbox_id: str) -> Response:
+        data = valid(MkdirSerializer, request)
+        result = services.make_directory(principal(request), sandbox_id, data["path"])
+        return Response(FileChangeSerializer(result).data, status=status.HTTP_201_CREATED)

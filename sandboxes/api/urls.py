@@ -30,6 +30,14 @@ urlpatterns = [
     path("sandboxes/<str:sandbox_id>/run-tests/", views.RunTestsView.as_view(), name="run-tests"),
     path("sandboxes/<str:sandbox_id>/files/", files.FilesView.as_view(), name="files"),
     path(
+        "sandboxes/<str:sandbox_id>/files/rename/",
+        files.FileRenameView.as_view(),
+        name="files-rename",
+    ),
+    path(
+        "sandboxes/<str:sandbox_id>/files/mkdir/", files.FileMkdirView.as_view(), name="files-mkdir"
+    ),
+    path(
         "sandboxes/<str:sandbox_id>/files/download",
         files.DownloadView.as_view(),
         name="download",

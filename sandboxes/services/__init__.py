@@ -41,6 +41,7 @@ from sandboxes.services.commands import (
     run_python,
 )
 from sandboxes.services.common import decode_output
+from sandboxes.services.file_ops import delete_path, make_directory, rename_path
 from sandboxes.services.files import (
     READ_FILE_MAX_BYTES,
     UploadSource,
@@ -96,6 +97,7 @@ from sandboxes.services.previews_tokens import (
     parse_preview_host,
     preview_url,
 )
+from sandboxes.services.sandbox_search import search_sandboxes
 from sandboxes.services.sandboxes import (
     create_sandbox,
     delete_sandbox,
@@ -164,6 +166,7 @@ __all__ = [
     "create_sandbox",
     "decode_output",
     "delete_sandbox",
+    "delete_path",
     "download_files",
     "extend_sandbox",
     "extendable_minutes",
@@ -174,6 +177,7 @@ __all__ = [
     "latest_expiry",
     "list_commands",
     "list_files",
+    "make_directory",
     "list_hosts",
     "fetch_host_key",
     "confirm_host_key",
@@ -189,8 +193,10 @@ __all__ = [
     "read_file",
     "reconcile_hosts",
     "refill_warm_pools",
+    "rename_path",
     "rename_sandbox",
     "run_command",
+    "search_sandboxes",
     "run_once",
     "run_python",
     "run_tests",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import posixpath
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -156,8 +156,14 @@ def new(request: HttpRequest, sandbox_id: str) -> HttpResponse:
 @team_required
 @require_POST
 def upload(request: HttpRequest, sandbox_id: str) -> HttpResponse:
+    """The upload form's files, or files dropped on the files section (static/web/files.js
+    asks for JSON: the script shows the message, the page stays)."""
     form = UploadForm(request.POST, request.FILES)
+    dropped = request.headers.get("Accept") == "application/json"
     if not form.is_valid():
+        if dropped:
+            errors = [str(e) for messages_ in form.errors.values() for e in messages_]
+            return JsonResponse({"error": " ".join(errors)}, status=400)
         return render_page(request, sandbox_id, status=400, upload_form=form)
     directory = form.cleaned_data["directory"] or WORKSPACE
     parts = form.cleaned_data["files"]
@@ -169,6 +175,8 @@ def upload(request: HttpRequest, sandbox_id: str) -> HttpResponse:
         ]
         result = services.upload_files(principal_for(request), sandbox_id, sources)
     except ServiceError as exc:
+        if dropped:
+            return JsonResponse({"error": exc.message}, status=exc.http_status)
         if exc.http_status in REFUSED_STATUSES:
             return refused(request, exc)
         attach_error(form, exc, {"": "files"})
@@ -179,7 +187,10 @@ def upload(request: HttpRequest, sandbox_id: str) -> HttpResponse:
     count = len(result.paths)
     noun = "file" if count == 1 else "files"
     size = result.total_bytes
-    messages.success(request, f"Uploaded {count} {noun} ({size} bytes) to {directory}.")
+    done = f"Uploaded {count} {noun} ({size} bytes) to {directory}."
+    if dropped:
+        return JsonResponse({"message": done, "paths": result.paths})
+    messages.success(request, done)
     return redirect(files_url(sandbox_id, directory))
 
 

@@ -1,14 +1,18 @@
-"""Home: the team's sandboxes, the form that creates one, delete, and the team's quotas."""
+"""Home: the team's sandboxes (searched, sorted and paged by the services), the form that
+creates one, delete, and the team's quotas."""
 
 from __future__ import annotations
 
 from django.contrib import messages
+from django.core.paginator import Page, Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_POST
 
 from sandboxes import services
-from sandboxes.contract.errors import PermissionDenied, ServiceError
+from sandboxes.contract.errors import InvalidInput, PermissionDenied, ServiceError
+from sandboxes.contract.listing import SandboxPage
 from sandboxes.services.team import TeamUsage, team_usage
 from sandboxes.web.common import attach_error, refused
 from sandboxes.web.forms import CreateSandboxForm
@@ -89,17 +93,65 @@ def _page(
     request: HttpRequest, usage: TeamUsage, form: CreateSandboxForm, status: int = 200
 ) -> HttpResponse:
     try:
-        sandboxes = services.list_sandboxes(principal_for(request))
+        listing, list_error = _listing(request)
     except ServiceError as exc:
         return refused(request, exc)
     context = {
-        "sandboxes": sandboxes,
+        "sandboxes": listing.sandboxes,
+        "listing": listing,
+        "list_error": list_error,
+        "page": _page_of(listing),
+        "query": urlencode({k: v for k, v in (("q", listing.query), ("sort", listing.sort)) if v}),
+        "columns": _columns(listing.sort, listing.query),
         "usage": usage,
         "form": form,
         "quotas": _quotas(usage),
         **snapshots_context(request),
     }
+    # htmx swaps only 2xx answers: the message of a search it sent is shown with a 200.
+    if list_error and request.headers.get("HX-Request") != "true":
+        status = 400
     return render(request, "web/home.html", context, status=status)
+
+
+def _listing(request: HttpRequest) -> tuple[SandboxPage, str]:
+    """The page of sandboxes ?q=, ?sort= and ?page= ask for; when they are malformed, the
+    first page as it comes by default, and why."""
+    principal = principal_for(request)
+    asked = request.GET
+    try:
+        found = services.search_sandboxes(
+            principal, query=asked.get("q"), sort=asked.get("sort"), page=asked.get("page", 1)
+        )
+    except InvalidInput as exc:
+        return services.search_sandboxes(principal), exc.message
+    return found, ""
+
+
+def _page_of(listing: SandboxPage) -> Page:
+    """The listing as a Django page, for templates/web/_pagination.html (the rows are the
+    service's page; the paginator only counts)."""
+    paginator = Paginator(range(listing.total), listing.per_page)
+    return Page(listing.sandboxes, listing.page, paginator)
+
+
+# Column headers that sort, and the way each sorts first (newest first for creation).
+SORTABLE = [("Name", "name"), ("Status", "status"), ("Age", "-created"), ("Expires", "expiry")]
+
+
+def _columns(sort: str, query: str) -> dict[str, dict[str, str]]:
+    """Per sortable column: its link (the other direction when it is the sort) and aria-sort."""
+    columns = {}
+    for label, first in SORTABLE:
+        key = first.lstrip("-")
+        if sort.lstrip("-") == key:
+            state = "descending" if sort.startswith("-") else "ascending"
+            wanted = key if sort.startswith("-") else "-" + key
+        else:
+            state, wanted = "none", first
+        params = {"q": query, "sort": wanted} if query else {"sort": wanted}
+        columns[key] = {"label": label, "href": "?" + urlencode(params), "aria_sort": state}
+    return columns
 
 
 def _quotas(usage: TeamUsage) -> list[dict[str, object]]:

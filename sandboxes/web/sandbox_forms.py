@@ -102,9 +102,7 @@ class UploadForm(forms.Form):
 class FileForm(forms.Form):
     """Create a small text file, or save one edited in the page."""
 
-    path = forms.CharField(
-        max_length=4096, help_text=f"Relative paths start at the folder shown ({WORKSPACE})."
-    )
+    path = forms.CharField(max_length=4096)
     content = forms.CharField(
         required=False,
         strip=False,
@@ -115,6 +113,9 @@ class FileForm(forms.Form):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("auto_id", "file_%s")  # ids unique on the sandbox page
         super().__init__(*args, **kwargs)
+        # The folder shown, which a relative path starts at (not always /workspace).
+        folder = self.data.get("directory") or self.initial.get("directory") or WORKSPACE
+        self.fields["path"].help_text = f"Relative paths start at the folder shown ({folder})."
 
     def tall(self) -> FileForm:
         """For a whole file on its own page rather than a note on the sandbox page."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.urls import path
 
 from sandboxes.web import (
+    file_ops,
     files,
     jobs,
     lifecycle,
@@ -40,6 +41,9 @@ urlpatterns = [
     path(S + "files/upload/", files.upload, name="sandbox-upload"),
     path(S + "files/download/", files.download, name="sandbox-download"),
     path(S + "files/archive/", files.archive, name="sandbox-archive"),
+    path(S + "files/delete/", file_ops.delete, name="sandbox-file-delete"),
+    path(S + "files/rename/", file_ops.rename, name="sandbox-file-rename"),
+    path(S + "files/mkdir/", file_ops.mkdir, name="sandbox-mkdir"),
     path(S + "files/link/", links.create, name="sandbox-file-link"),
     path(S + "jobs/start/", jobs.start, name="sandbox-job-start"),
     path(S + "jobs/<int:command_id>/", jobs.job, name="sandbox-job"),

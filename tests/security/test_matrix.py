@@ -28,7 +28,7 @@ from django.urls import URLPattern, get_resolver, reverse
 from fastmcp import Client
 
 from tests.live import run
-from tests.security import matrix, matrix_snapshots
+from tests.security import matrix, matrix_files, matrix_snapshots
 from tests.security.matrix import A_SB, ACTORS, B_CMD, B_JOB, B_LINK, B_SB, engines_named
 from tests.security.matrix_tools import (
     REFUSED_WRITERS,
@@ -131,6 +131,7 @@ REST_CASES: dict[tuple[str, str], RestCase] = {
     **{(name, "POST"): RestCase(SANDBOX_B) for name in ("pause", "resume", "stop")},
 }
 REST_CASES.update(matrix_snapshots.rest_cases(RestCase))  # snapshots' routes
+REST_CASES.update(matrix_files.rest_cases(RestCase))  # delete, rename, new folder
 ROUTES = rest_routes()
 FAKE, DOCKER = ["fake"], [pytest.param("docker", marks=pytest.mark.docker)]
 BACKENDS = FAKE + DOCKER

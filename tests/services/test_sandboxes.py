@@ -63,7 +63,7 @@ def test_files_round_trip(sandbox, as_alice):
     part = services.read_file(as_alice, sandbox.id, "notes.txt", offset=3, max_bytes=4)
     assert (part.content, part.size, part.eof) == (b"3456", 10, False)
     names = {e.name for e in services.list_files(as_alice, sandbox.id)}
-    assert names == {"data.bin", "notes.txt"}
+    assert names == {"data.bin", "notes.txt", "src"}  # folders too, as a real host lists them
 
 
 def test_uploads_outside_the_workspace_are_refused(sandbox, as_alice):

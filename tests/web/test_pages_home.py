@@ -30,8 +30,10 @@ def test_home_lists_my_team_only(login, alice, as_alice, as_bob, bob, fake_backe
     html = login(alice).get("/").content.decode()
     assert f'href="/sandboxes/{mine.id}/"' in html and "alpha-one" in html
     assert theirs.id not in html and "beta-one" not in html
-    for column in ("Status", "Image", "Host", "Owner", "Age", "Expires", "Last activity"):
+    for column in ("Image", "Host", "Owner", "Last activity"):
         assert f"<th>{column}</th>" in html
+    for column in ("Name", "Status", "Age", "Expires"):  # headers that sort the list
+        assert 'class="sort-link"' in html and f">{column}<span" in html
     row = html[html.index(f'data-sandbox-id="{mine.id}"') :]
     assert "status-running" in row[:600] and "local" in row[:900]
     assert "<time datetime=" in row  # shown in the reader's timezone by app.js
