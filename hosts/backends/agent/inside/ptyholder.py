@@ -90,9 +90,9 @@ class Terminal(Holder):
         self.flush(client)
 
     def dropped(self, client: Client) -> None:
-        self.attachers.pop(client.fd, None)
-        self.touched = time.monotonic()
-        self.arm_master()
+        if self.attachers.pop(client.fd, None) is not None:  # (not a look at its info)
+            self.touched = time.monotonic()
+            self.arm_master()
 
     def flush(self, client: Client) -> None:
         if not client.flush():
