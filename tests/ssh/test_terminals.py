@@ -45,7 +45,7 @@ def spec() -> SandboxSpec:
 @pytest.fixture
 def isolated(backend: SshBackend) -> Iterator[dict[str, Any]]:
     state = backend.provision(spec())
-    assert state["isolated"], "these tests need a host that isolates sandboxes"
+    assert state["isolated"], f"the host does not isolate: {backend.facts().isolation_missing}"
     try:
         yield state
     finally:
@@ -95,6 +95,8 @@ def test_shell_sessions(backend: SshBackend, isolated: dict[str, Any]) -> None:
     shellcases.status_streams_cap_and_stdin(backend, isolated)
     shellcases.timeout_keeps_the_shell(backend, isolated)
     shellcases.stuck_shell_is_replaced(backend, isolated)
+    shellcases.sessions_are_independent(backend, isolated)
+    shellcases.concurrent_runs_take_turns(backend, isolated)
 
 
 def test_holders_stay_in_the_sandbox_and_die_with_it(backend: SshBackend) -> None:
