@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from hosts.backends.base import SandboxSpec, TerminalGone
+from hosts.backends.base import SandboxSpec, TerminalGone, Unsupported
 from hosts.backends.ssh.backend import SshBackend
 from tests.agent import shellcases, terminalcases
 from tests.ssh.helpers import make_backend
@@ -187,3 +187,14 @@ with open("/proc/net/unix") as handle:
     listed = handle.read()
 print("victim socket listed:", "yes" if os.path.basename("SOCKET") in listed else "no")
 """
+
+
+def test_a_host_without_python3_has_no_terminals_and_says_why(plain_backend: SshBackend) -> None:
+    state = plain_backend.provision(spec())
+    try:
+        with pytest.raises(Unsupported, match="python3"):
+            plain_backend.open_terminal(state, "t-1", cols=80, rows=24, env={}, idle_timeout=9)
+        with pytest.raises(Unsupported, match="python3"):
+            shellcases.shell(plain_backend, state, "s-1", "true")
+    finally:
+        plain_backend.destroy(state)
