@@ -204,4 +204,8 @@ def bad_ids_refused(backend: SandboxBackend, state: dict[str, Any]) -> None:
     terminal = open_terminal(backend, state)
     with pytest.raises(BackendError, match="open already"):
         backend.open_terminal(state, terminal, cols=80, rows=24, env={}, idle_timeout=10)
+    with pytest.raises(BackendError, match="not a shell session"):
+        backend.run_in_shell(
+            state, terminal, "true", env={}, timeout=5, output_cap=100, idle_timeout=10
+        )
     backend.close_terminal(state, terminal)
