@@ -80,6 +80,7 @@ def test_terminal_state_and_reattach_through_a_new_agent(
 def test_terminal_resize_and_two_attachers(backend: SshBackend, isolated: dict[str, Any]) -> None:
     terminalcases.resize(backend, isolated)
     terminalcases.two_attachers(backend, isolated)
+    terminalcases.much_output_and_ctrl_c(backend, isolated)
 
 
 def test_close_kills_everything_and_exit_ends_it(
