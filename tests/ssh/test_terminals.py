@@ -5,7 +5,8 @@ tenant's sandbox on the same host cannot reach them, however it tries."""
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
+import stat
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -199,3 +200,22 @@ def test_a_host_without_python3_has_no_terminals_and_says_why(plain_backend: Ssh
             shellcases.shell(plain_backend, state, "s-1", "true")
     finally:
         plain_backend.destroy(state)
+
+
+@pytest.mark.parametrize("own_user", [True, False])
+def test_a_sandbox_without_namespaces_keeps_its_holders_in_its_own_directory(
+    backend: SshBackend, make_sandbox: Callable[..., dict[str, Any]], own_user: bool
+) -> None:
+    """Such a sandbox shares the host's /tmp: its holders listen in its 0700 platform
+    directory, outside its workspace."""
+    state = make_sandbox(own_user=own_user)
+    assert not state["isolated"]
+    terminalcases.state_and_reattach(backend, state, lambda: backend.drop_agent(state))
+    shellcases.state_persists(backend, state)
+    session = shellcases.shell(backend, state, "s-where", "true")
+    assert session.exit_code == 0
+    where = Path(state["meta"], "t")
+    assert stat.S_IMODE(where.stat().st_mode) == 0o700
+    assert (where / "s-where.sock").exists()
+    assert not list(Path(state["workspace"]).glob("**/*.sock"))
+    backend.close_terminal(state, "s-where")
