@@ -17,6 +17,9 @@ tests; nothing there runs at import.
 - sync:  a tree's manifest (sorted, paged, walked lazily) and deletions under a root;
 - ports: port streams: a TCP connection to the sandbox's own listener, both ways (previews);
 - usage: the sandbox's cgroup (CPU, memory, pids) and its workspace's disk, now;
+- terminals: terminals and shell sessions: their holders (holder.py, shellholder.py, not
+  parts: the agent carries their text as HOLDER_PROGRAM and starts them as programs of
+  their own) started, attached to, closed and listed;
 - main:  the agent itself: reads frames, dispatches requests, shuts down at end of input.
 """
 
@@ -31,5 +34,8 @@ PARTS = (
     "sync",
     "ports",
     "usage",
+    "terminals",
     "main",
 )
+# The holder of a terminal or shell session: one program of its own, carried by the agent.
+HOLDER_PARTS = ("holder", "ptyholder", "shellholder", "holdermain")
