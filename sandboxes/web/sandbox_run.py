@@ -32,6 +32,7 @@ from typing import Any
 from django.db import connections
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
+from django.templatetags.static import static
 from django.urls import reverse
 from django.utils.html import escape
 from django.views.decorators.http import require_POST
@@ -39,6 +40,7 @@ from django.views.decorators.http import require_POST
 from sandboxes import services
 from sandboxes.contract.errors import ServiceError
 from sandboxes.contract.results import CommandResult
+from sandboxes.web.ansi import AnsiRenderer
 from sandboxes.web.principal import identity_for, team_required
 from sandboxes.web.sandbox_forms import RunForm
 from tenants.principal import Principal
@@ -173,14 +175,19 @@ async def _ndjson(pump: _Pump) -> AsyncIterator[bytes]:
 async def _html(pump: _Pump, back: str) -> AsyncIterator[bytes]:
     """The stream as a plain page, for a form posted without the page's script: browsers
     render a page as it arrives, so the output still shows while the command runs."""
+    colours = AnsiRenderer()  # escapes the text, turns SGR colours into classes (ansi.py)
     yield (
         '<!doctype html><meta charset="utf-8"><title>Command · Sandhub</title>'
+        f'<link rel="stylesheet" href="{static("web/ansi.css")}">'
         '<pre class="output" id="run-output">'
     ).encode()
     async for event in _events(pump):
-        if event["t"] in ("out", "note"):
+        if event["t"] == "out":
+            yield colours.feed(event["d"]).encode()
+        elif event["t"] == "note":
             yield escape(event["d"]).encode()
         elif event["t"] == "end":
+            yield colours.finish().encode()
             truncated = " (output truncated)" if event["truncated"] else ""
             resumed = event["resumed_seconds"]
             first = f" (resumed the sandbox first: {resumed:.2f} s)" if resumed is not None else ""

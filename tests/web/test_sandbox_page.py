@@ -370,3 +370,16 @@ def test_recent_commands_are_on_the_page(login, sandbox, alice, as_alice):
     services.run_command(as_alice, sandbox, "echo recent-one")
     html = login(alice).get(f"/sandboxes/{sandbox}/").content.decode()
     assert "echo recent-one" in html
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_plain_page_draws_colours_and_escapes_the_rest(login, sandbox, alice):
+    """Without the page's script the streamed page renders SGR colours as the live view does
+    (classes from ansi.css) and still escapes what the command printed."""
+    command = "echo \x1b[31mred\x1b[0m <b>bold</b>"
+    response = login(alice).post(f"/sandboxes/{sandbox}/run/", {"command": command})
+    page = read_stream(response).decode()
+    assert '<span class="ansi-fg-1">red</span>' in page
+    assert "\x1b" not in page and "[31m" not in page
+    assert "&lt;b&gt;bold&lt;/b&gt;" in page and "<b>bold" not in page
+    assert "/static/web/ansi.css" in page
