@@ -13,6 +13,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from hosts.backends.base import BackendError, JobStatus, SandboxGone
+from sandboxes.contract.outcomes import killed_for_memory
 from sandboxes.contract.results import BackgroundCheck
 from sandboxes.models import CommandExecution, CommandStatus, Sandbox, SandboxStatus
 from sandboxes.services.common import backend_of, decode_output, mark_lost
@@ -212,4 +213,5 @@ def background_check(
         started_at=execution.started_at,
         finished_at=execution.finished_at,
         resumed_seconds=resumed_seconds,
+        out_of_memory=not running and killed_for_memory(execution.exit_code, text),
     )

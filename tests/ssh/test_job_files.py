@@ -42,7 +42,10 @@ def test_jobs_of_an_isolated_sandbox_stay_out_of_its_workspace(backend: SshBacke
     try:
         assert state["isolated"]
         job = backend.start_background(
-            state, ["sh", "-c", "echo job-output; touch made"], cwd="/workspace", env={},
+            state,
+            ["sh", "-c", "echo job-output; touch made"],
+            cwd="/workspace",
+            env={},
             job_id="filesjob",
         )
         assert not job["dir"].startswith(state["dir"] + "/workspace")
