@@ -122,7 +122,7 @@ class BackgroundStarted(
 _STATUS_FIELDS = (
     "task_id sandbox_id command running status exit_code output output_truncated output_bytes "
     "elapsed_seconds max_runtime_seconds log_path error_message started_at finished_at "
-    "resumed_seconds"
+    "resumed_seconds out_of_memory"
 )
 
 
