@@ -81,7 +81,7 @@ class CommandLog(
 
 _REPORT_FIELDS = (
     "sandbox_id command status exit_code report_found passed failed errors skipped total "
-    "failures stdout stderr duration_seconds command_id"
+    "failures stdout stderr duration_seconds command_id outcome hint"
 )
 _FROM_RESULT = "sandbox_id command status exit_code stdout stderr duration_seconds"
 

@@ -21,3 +21,11 @@ def killed_for_memory(exit_code: int | None, output: str) -> bool:
     """Whether a command that ended with exit_code and this stderr (or log tail) was taken by
     the OOM killer, as the sandbox told it."""
     return exit_code == 137 and OOM_NOTE in output[-4096:]
+
+
+# Test runs (run_tests): how the run went as a whole, beside the test command's own status.
+TEST_OUTCOME = (
+    "passed, failed, no_tests (the runner collected no test: see hint), timed_out, or error "
+    "(the runner could not run the tests, e.g. a missing module or a bad option)"
+)
+TEST_HINT = "what to do next when the outcome alone does not say it (empty otherwise)"

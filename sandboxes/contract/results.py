@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field
 
 from sandboxes.contract.errors import InvalidInput
-from sandboxes.contract.outcomes import OUT_OF_MEMORY, killed_for_memory
+from sandboxes.contract.outcomes import OUT_OF_MEMORY, TEST_HINT, TEST_OUTCOME, killed_for_memory
 
 RESUMED_SECONDS = "seconds spent resuming the (paused or stopped) sandbox first; null: it ran"
 
@@ -347,7 +347,6 @@ class DeployedApp(Result):
 
 class TestFailure(Result):
     __test__ = False  # not a pytest test class
-
     name: str = Field(description="classname.name, e.g. tests.test_calc.test_add")
     kind: Literal["failure", "error"]
     message: str
@@ -358,7 +357,6 @@ class TestReport(Result):
     """A test run: what its JUnit report says, and the test command's own result."""
 
     __test__ = False
-
     report_found: bool = Field(description="false: no JUnit XML; counts are then unknown (0)")
     passed: int
     failed: int
@@ -367,6 +365,8 @@ class TestReport(Result):
     total: int
     failures: list[TestFailure] = Field(description="failed and erroring tests, first 50")
     result: CommandResult = Field(description="the test command (a timed out one: no counts)")
+    outcome: str = Field("", description=TEST_OUTCOME)
+    hint: str = Field("", description=TEST_HINT)
 
 
 class RunOnceResult(Result):
