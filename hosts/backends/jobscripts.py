@@ -246,8 +246,8 @@ echo "$pid"
 
 # sh -c POLL sandhub-poll DIR JOB PID TAIL_BYTES KEEP: a status line on stderr, the log's tail
 # on stdout. Alive is read before the exit file: the runner writes that file before it exits,
-# so "not alive and no exit file" really means it vanished. The job's files are in the
-# workspace, where the sandbox may write anything: at most a line of each is read, and fields
+# so "not alive and no exit file" really means it vanished. The job's files are the sandbox
+# user's, who may write anything into them: at most a line of each is read, and fields
 # that are not numbers are passed on as "bad" (the exit code) or "-".
 POLL = r"""
 dir=$1 job=$2 pid=$3 n=$4 keep=${5:-0}

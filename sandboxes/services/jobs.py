@@ -215,3 +215,22 @@ def background_check(
         resumed_seconds=resumed_seconds,
         out_of_memory=not running and killed_for_memory(execution.exit_code, text),
     )
+
+
+def keep_logs_before_stop(sandbox: Sandbox) -> None:
+    """A stop ends every job, and on Docker empties their files with the container's memory
+    (names.JOBS_DIR): first keep each running job's log tail in its row, as its end would
+    (the stop then records it cancelled). Best effort: a job that cannot be read keeps none."""
+    cap = settings.SANDHUB_OUTPUT_CAP_BYTES
+    backend = backend_of(sandbox)
+    running = sandbox.commands.filter(background=True, status=CommandStatus.RUNNING)
+    for execution in running:
+        try:
+            status = backend.poll_background(sandbox.backend_state, _job(execution), cap)
+        except BackendError:
+            continue
+        CommandExecution.objects.filter(pk=execution.pk, status=CommandStatus.RUNNING).update(
+            stdout=decode_output(status.output),
+            stdout_bytes=status.output_bytes,
+            stdout_truncated=status.output_bytes > len(status.output),
+        )
