@@ -134,21 +134,21 @@ keeper_done() {  # the keeper ends at the output's end of file; one that does no
 """
 
 # The sandbox's OOM kill count into $oom ("" where unknown), as the agent reads it (inside/
-# oom.py): the memory cgroup of /proc/self/cgroup, at its own path or at the root of a
+# oom.py): the memory cgroup of /proc/self/cgroup at its own path, or the isolated SSH
+# sandbox's (sandhub/<id>) where a cgroup namespace hides the path, or the root of a
 # container's private view. Builtins only: it runs after a kill, maybe with the pids limit full.
 _OOM_COUNT = r"""
 oom_count() {
     oom=
     while IFS=: read -r h c p; do
         case "$h:$c" in
-        0:) set -- "/sys/fs/cgroup$p/memory.events" /sys/fs/cgroup/memory.events ;;
-        *:*memory*) set -- "/sys/fs/cgroup/memory$p/memory.oom_control" \
-            /sys/fs/cgroup/memory/memory.oom_control ;;
+        0:) set -- /sys/fs/cgroup memory.events ;;
+        *:*memory*) set -- /sys/fs/cgroup/memory memory.oom_control ;;
         *) continue ;;
         esac
-        for f in "$@"; do
-            [ -r "$f" ] || continue
-            while read -r k v; do [ "$k" = oom_kill ] && oom=$v; done < "$f"
+        for d in "${p%/}" "${SANDHUB_SANDBOX_ID:+/sandhub/$SANDHUB_SANDBOX_ID}" /; do
+            [ -n "$d" ] && [ -r "$1${d%/}/$2" ] || continue
+            while read -r k v; do [ "$k" = oom_kill ] && oom=$v; done < "$1${d%/}/$2"
             [ -z "$oom" ] || return 0
         done
     done < /proc/self/cgroup

@@ -212,17 +212,23 @@ def _own_cgroup() -> tuple[str, str]:
 
 
 def _memory_cgroup_dir() -> tuple[str, int]:
-    """The directory of this process's memory cgroup and its version (0: none found). Its own
-    path under the hierarchy where that exists (a host's view); else the hierarchy's root, which
-    a container's private view (Docker) shows as the container's own cgroup."""
+    """The directory of this process's memory cgroup and its version (0: none found): its own
+    path in the hierarchy (a host's view); else, inside a cgroup namespace, the isolated SSH
+    sandbox's own cgroup (isolation.py: sandhub/<id>, the id in SANDHUB_SANDBOX_ID), as the
+    host's hierarchy shows it; else the hierarchy's root, which a container's private view
+    (Docker) shows as the container's own cgroup."""
     v2, v1 = _own_cgroup()
+    sandbox = os.environ.get("SANDHUB_SANDBOX_ID", "")
     for base, path, version, probe in (
         ("/sys/fs/cgroup/memory", v1, 1, "memory.oom_control"),
         ("/sys/fs/cgroup", v2, 2, "memory.events"),
     ):
         if version == 1 and not v1:
             continue
-        for directory in (base + path.rstrip("/"), base):
+        candidates = [base + path.rstrip("/")] if path.strip("/") else []
+        if sandbox and sandbox.replace("_", "").isalnum():
+            candidates.append(f"{base}/sandhub/{sandbox}")
+        for directory in [*candidates, base]:
             if os.path.isfile(os.path.join(directory, probe)):
                 return directory, version
     return "", 0
