@@ -15,13 +15,14 @@ from urllib.parse import urlsplit
 
 from hosts.backends.base import ExecResult
 from sandboxes.contract.errors import Conflict
-from sandboxes.models import Sandbox
+from sandboxes.models import Sandbox, SandboxStatus
 
 WHEELS = (
     "upload the wheels (e.g. to /workspace/wheels) and install them with run_command: "
     "`pip install --user --no-index --find-links /workspace/wheels <package>`"
 )
 _LOOPBACK = {"localhost", "127.0.0.1", "::1"}
+_GONE = {SandboxStatus.STOPPING, SandboxStatus.DELETED, SandboxStatus.ERROR, SandboxStatus.LOST}
 # What pip (and urllib3 under it) prints when a connection fails, whichever way it does.
 _NETWORK_ERROR = re.compile(
     rb"NewConnectionError|ConnectTimeoutError|ReadTimeoutError|ProxyError|"
@@ -33,8 +34,8 @@ _NETWORK_ERROR = re.compile(
 
 def refuse_without_network(sandbox: Sandbox, index_url: str | None) -> None:
     """Conflict, saying what to do, when the sandbox cannot reach the index pip would use."""
-    if sandbox.network or _on_loopback(index_url):
-        return
+    if sandbox.network or _on_loopback(index_url) or sandbox.status in _GONE:
+        return  # a gone sandbox: the command's own refusal says so
     raise Conflict(
         f"sandbox {sandbox.public_id} has no network, so pip cannot reach a package index: "
         f"create a sandbox with network on (network=true, if your team allows it), or {WHEELS}"
