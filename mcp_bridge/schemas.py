@@ -81,7 +81,7 @@ class CommandLog(
 
 _REPORT_FIELDS = (
     "sandbox_id command status exit_code report_found passed failed errors skipped total "
-    "failures stdout stderr duration_seconds command_id"
+    "failures stdout stderr duration_seconds command_id outcome hint"
 )
 _FROM_RESULT = "sandbox_id command status exit_code stdout stderr duration_seconds"
 
@@ -122,7 +122,7 @@ class BackgroundStarted(
 _STATUS_FIELDS = (
     "task_id sandbox_id command running status exit_code output output_truncated output_bytes "
     "elapsed_seconds max_runtime_seconds log_path error_message started_at finished_at "
-    "resumed_seconds"
+    "resumed_seconds out_of_memory"
 )
 
 

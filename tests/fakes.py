@@ -221,7 +221,7 @@ class FakeBackend(FakeUsage, FakeFileOps, FakeSnapshots, SandboxBackend):
             "cancelled_after": None,
             "serves": self._serves(argv),
         }
-        directory = f"/workspace/.sandhub/jobs/{job_id}"
+        directory = f"/run/sandhub/jobs/{job_id}"
         return {"job_id": job_id, "dir": directory, "log": f"{directory}/log", "pid": 1000}
 
     def _plan(self, box, argv, env) -> tuple[list[tuple[float, bytes]], float, int]:

@@ -133,6 +133,33 @@ keeper_done() {  # the keeper ends at the output's end of file; one that does no
 }
 """
 
+# The sandbox's OOM kill count into $oom ("" where unknown), as the agent reads it (inside/
+# oom.py): the memory cgroup of /proc/self/cgroup at its own path, or the isolated SSH
+# sandbox's (sandhub/<id>) where a cgroup namespace hides the path, or the root of a
+# container's private view. Builtins only: it runs after a kill, maybe with the pids limit full.
+_OOM_COUNT = r"""
+oom_count() {
+    oom=
+    while IFS=: read -r h c p; do
+        case "$h:$c" in
+        0:) set -- /sys/fs/cgroup memory.events ;;
+        *:*memory*) set -- /sys/fs/cgroup/memory memory.oom_control ;;
+        *) continue ;;
+        esac
+        for d in "${p%/}" "${SANDHUB_SANDBOX_ID:+/sandhub/$SANDHUB_SANDBOX_ID}" /; do
+            [ -n "$d" ] && [ -r "$1${d%/}/$2" ] || continue
+            while read -r k v; do [ "$k" = oom_kill ] && oom=$v; done < "$1${d%/}/$2"
+            [ -z "$oom" ] || return 0
+        done
+    done < /proc/self/cgroup
+}
+"""
+# Said after the output of a job the OOM killer took (137 alone does not say why).
+OOM_JOB_NOTE = (
+    "sandhub: the command was killed because the sandbox ran out of memory; "
+    "use a bigger sandbox or less memory"
+)
+
 # The job itself: sh -c RUNNER sandhub-job DIR CWD LIMIT KEEP ARGV..., as session leader.
 # With KEEP > 0 its output goes through a fifo to the output keeper: `head` writes the first
 # KEEP bytes to `log` (unbuffered, so the log grows as the job prints), then
@@ -162,6 +189,7 @@ if [ "$keep" -gt 0 ] && TOOLS mkfifo "$dir/out" 2>/dev/null && exec 9<>"$dir/out
     cap=$! out=$dir/out
     exec >"$out" 2>&1 9>&-
 fi
+oom_count; oom0=$oom
 if cd "$cwd"; then
     if [ "$limit" = 0 ]; then "$@"; else timeout -k "$KILL_AFTER" "$limit" "$@"; fi
     rc=$?
@@ -172,6 +200,13 @@ fi
 # command left running with the job's output as its own (a finished job's log would keep
 # growing, a fork bomb would live on). What redirected its output elsewhere (a server started
 # with nohup ... >file &) stays.
+if [ "$rc" = 137 ] && [ -n "$oom0" ]; then
+    oom_count
+    case $oom0:$oom in
+    *[!0-9:]*|:*|*:) ;;
+    *) [ "$oom" -le "$oom0" ] || printf '\n%s\n' "OOM_NOTE" >&2 ;;
+    esac
+fi
 case $rc in
 124|137) kill_rounds; sweep_output "$out" 0 ;;
 *) sweep_output "$out" SPARE_CS ;;
@@ -181,7 +216,8 @@ printf '%s %s\n' "$rc" "$(date +%s.%N)" > "$dir/exit.tmp" && mv -f "$dir/exit.tm
 """
 # One script, so every placeholder is replaced in the sweeps as well.
 RUNNER = (
-    (_SWEEP + _SWEEP_OUTPUT + _RUN)
+    (_SWEEP + _SWEEP_OUTPUT + _OOM_COUNT + _RUN)
+    .replace("OOM_NOTE", OOM_JOB_NOTE)
     .replace("$KILL_AFTER", str(KILL_AFTER))
     .replace("KEEP_FILTER", _KEEP_FILTER.strip())
     .replace("TOOLS", _TOOLS)
@@ -210,8 +246,8 @@ echo "$pid"
 
 # sh -c POLL sandhub-poll DIR JOB PID TAIL_BYTES KEEP: a status line on stderr, the log's tail
 # on stdout. Alive is read before the exit file: the runner writes that file before it exits,
-# so "not alive and no exit file" really means it vanished. The job's files are in the
-# workspace, where the sandbox may write anything: at most a line of each is read, and fields
+# so "not alive and no exit file" really means it vanished. The job's files are the sandbox
+# user's, who may write anything into them: at most a line of each is read, and fields
 # that are not numbers are passed on as "bad" (the exit code) or "-".
 POLL = r"""
 dir=$1 job=$2 pid=$3 n=$4 keep=${5:-0}

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field
 
 from sandboxes.contract.errors import InvalidInput
+from sandboxes.contract.outcomes import OUT_OF_MEMORY, TEST_HINT, TEST_OUTCOME, killed_for_memory
 
 RESUMED_SECONDS = "seconds spent resuming the (paused or stopped) sandbox first; null: it ran"
 
@@ -156,17 +157,16 @@ class CommandResult(Result):
     actor: str | None
     created_at: datetime
     finished_at: datetime | None
-    background: bool = Field(
-        False,
-        description="started in the background: follow it with check_background (MCP) or at "
-        ".../background/{id}/ (REST)",
-    )
+    background: bool = Field(False, description="started in the background: follow it with "
+        "check_background (MCP) or at .../background/{id}/ (REST)")  # fmt: skip
     resumed_seconds: float | None = Field(None, description=RESUMED_SECONDS)
+    out_of_memory: bool = Field(False, description=OUT_OF_MEMORY)
 
     @classmethod
     def from_model(cls, execution: CommandExecution) -> CommandResult:
         return cls.read(
             execution,
+            out_of_memory=killed_for_memory(execution.exit_code, execution.stderr),
             id=execution.pk,
             sandbox_id=execution.sandbox.public_id,
             actor=execution.actor.get_username() if execution.actor else None,
@@ -203,6 +203,7 @@ class BackgroundCheck(Result):
     started_at: datetime | None
     finished_at: datetime | None
     resumed_seconds: float | None = Field(None, description=RESUMED_SECONDS)
+    out_of_memory: bool = Field(False, description=OUT_OF_MEMORY)
 
 
 # --- files -----------------------------------------------------------------------------------
@@ -346,7 +347,6 @@ class DeployedApp(Result):
 
 class TestFailure(Result):
     __test__ = False  # not a pytest test class
-
     name: str = Field(description="classname.name, e.g. tests.test_calc.test_add")
     kind: Literal["failure", "error"]
     message: str
@@ -357,7 +357,6 @@ class TestReport(Result):
     """A test run: what its JUnit report says, and the test command's own result."""
 
     __test__ = False
-
     report_found: bool = Field(description="false: no JUnit XML; counts are then unknown (0)")
     passed: int
     failed: int
@@ -366,6 +365,8 @@ class TestReport(Result):
     total: int
     failures: list[TestFailure] = Field(description="failed and erroring tests, first 50")
     result: CommandResult = Field(description="the test command (a timed out one: no counts)")
+    outcome: str = Field("", description=TEST_OUTCOME)
+    hint: str = Field("", description=TEST_HINT)
 
 
 class RunOnceResult(Result):

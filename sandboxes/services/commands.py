@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from django.utils import timezone
@@ -15,6 +16,7 @@ from sandboxes.housekeeping import transitions
 from sandboxes.models import CommandExecution, CommandStatus, Sandbox
 from sandboxes.policy import access, validation
 from sandboxes.policy.access import READ, WRITE
+from sandboxes.services import pip
 from sandboxes.services.common import backend_of, decode_output, mark_lost, running_sandbox, touch
 from tenants.auditing import AUDIT_VIEW, audited, change_with, current
 from tenants.principal import Principal
@@ -99,6 +101,9 @@ def install_packages(
         argv += ["--index-url", validation.no_nul(index_url, "index_url")]
     argv += requirements
     current().details["packages"] = requirements
+    current().target("sandbox", sandbox_id)
+    sandbox = access.get_sandbox(principal, sandbox_id, WRITE, "run commands")
+    pip.refuse_without_network(sandbox, index_url)  # before pip retries its way to a riddle
     return _execute(
         principal,
         sandbox_id,
@@ -107,6 +112,7 @@ def install_packages(
         "pip",
         timeout=timeout if timeout is not None else 600,
         on_output=on_output,
+        explain=lambda result: pip.with_network_hint(sandbox, index_url, result),
     )
 
 
@@ -123,7 +129,9 @@ def _execute(
     output_cap: int | None = None,
     on_output: OutputCallback | None = None,
     once: bool = False,
+    explain: Callable[[ExecResult], ExecResult] | None = None,
 ) -> CommandResult:
+    """explain: adds what the result alone does not say (pip's network errors)."""
     current().target("sandbox", sandbox_id)
     cwd = validation.path(cwd, "cwd")
     exec_env = validation.env(env)
@@ -159,7 +167,7 @@ def _execute(
     except BackendError as exc:
         fail_execution(execution, sandbox, exc, time.monotonic() - started)
         raise BackendFailure(f"command could not run in sandbox {sandbox_id}: {exc}") from exc
-    finished = _finished(execution, result)
+    finished = _finished(execution, explain(result) if explain else result)
     current().details.update({"status": execution.status, "exit_code": execution.exit_code})
     # The command's record and its audit row, in one transaction that holds the write lock
     # only for the two statements (dbkit/writes.py).

@@ -13,6 +13,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from hosts.backends.base import BackendError, JobStatus, SandboxGone
+from sandboxes.contract.outcomes import killed_for_memory
 from sandboxes.contract.results import BackgroundCheck
 from sandboxes.models import CommandExecution, CommandStatus, Sandbox, SandboxStatus
 from sandboxes.services.common import backend_of, decode_output, mark_lost
@@ -212,4 +213,24 @@ def background_check(
         started_at=execution.started_at,
         finished_at=execution.finished_at,
         resumed_seconds=resumed_seconds,
+        out_of_memory=not running and killed_for_memory(execution.exit_code, text),
     )
+
+
+def keep_logs_before_stop(sandbox: Sandbox) -> None:
+    """A stop ends every job, and on Docker empties their files with the container's memory
+    (names.JOBS_DIR): first keep each running job's log tail in its row, as its end would
+    (the stop then records it cancelled). Best effort: a job that cannot be read keeps none."""
+    cap = settings.SANDHUB_OUTPUT_CAP_BYTES
+    backend = backend_of(sandbox)
+    running = sandbox.commands.filter(background=True, status=CommandStatus.RUNNING)
+    for execution in running:
+        try:
+            status = backend.poll_background(sandbox.backend_state, _job(execution), cap)
+        except BackendError:
+            continue
+        CommandExecution.objects.filter(pk=execution.pk, status=CommandStatus.RUNNING).update(
+            stdout=decode_output(status.output),
+            stdout_bytes=status.output_bytes,
+            stdout_truncated=status.output_bytes > len(status.output),
+        )

@@ -27,6 +27,7 @@ from sandboxes.models import RESUMABLE_STATUSES, Sandbox, SandboxStatus
 from sandboxes.policy import access, quotas, validation
 from sandboxes.policy.access import WRITE
 from sandboxes.services import waking
+from sandboxes.services.jobs import keep_logs_before_stop
 from tenants.auditing import audited, current, unaudited
 from tenants.principal import Principal
 
@@ -62,6 +63,8 @@ def stop_sandbox(principal: Principal, sandbox_id: str) -> LifecycleChange:
         sandbox.commands.filter(background=True, status="running").values_list("pk", flat=True)
     )
     transitions.claim(sandbox, S.HALTING, "stopping", quotas.require_stopped_room, idle=True)
+    if jobs and previous == S.RUNNING:  # a frozen sandbox cannot be read
+        keep_logs_before_stop(sandbox)
     seconds = transitions.host_step(sandbox, lambda backend, state: backend.stop(state), "stop")
     current().details["seconds"] = round(seconds, 3)  # before the row settle() writes
     if jobs:

@@ -17,7 +17,7 @@ from hosts.backends.base import OutputCallback
 from sandboxes.contract.errors import InvalidInput, NotFound, ServiceError
 from sandboxes.contract.results import RunOnceResult, TestReport, UploadFile
 from sandboxes.policy.validation import WORKSPACE
-from sandboxes.services import junit
+from sandboxes.services import junit, testruns
 from sandboxes.services.commands import run_command
 from sandboxes.services.files import read_file, upload_files
 from sandboxes.services.removal import delete_soon
@@ -75,13 +75,18 @@ def run_tests(
     if report is not None and result.status != "timed_out":
         summary, found = _read_report(principal, sandbox_id, report)
     counts = {outcome: summary.counts[outcome] for outcome in junit.OUTCOMES}
-    current().details.update({"report": report, "report_found": found, **counts})
+    run = testruns.classify(result, command, cwd, report_found=found, total=summary.total)
+    current().details.update(
+        {"report": report, "report_found": found, **counts, "outcome": run.outcome}
+    )
     return TestReport(
         report_found=found,
         **counts,
         total=summary.total,
         failures=summary.failures,
         result=result,
+        outcome=run.outcome,
+        hint=run.hint,
     )
 
 

@@ -214,7 +214,7 @@ def test_background_commands_are_filtered_and_show_their_state(
     assert "Cancel selected background commands" in listed.content.decode()
 
     page = staff_client.get(url(CommandExecution, "change", background.id)).content.decode()
-    assert "Background state" in page and "/workspace/.sandhub/jobs/" in page
+    assert "Background state" in page and "/run/sandhub/jobs/" in page
     page = staff_client.get(url(CommandExecution, "change", foreground.id)).content.decode()
     assert "Background state" not in page
 

@@ -293,7 +293,7 @@ def test_a_background_job_outlives_the_agent(
     assert not status.running and status.exit_code == 0, status
     assert status.output == b"done x1 in /workspace\n"
     # A log like the per-command path's (the shell's 0644 under the umask), not executable.
-    assert outside(engine, sandbox, "stat -c %a /workspace/.sandhub/jobs/agentjob/log") == "644\n"
+    assert outside(engine, sandbox, f"stat -c %a {job['dir']}/log") == "644\n"
     assert run(link, sandbox, "echo alive").stdout == b"alive\n"
     cancelled = AgentJobs(link).start_background(
         sandbox, ["sleep", "730"], cwd="/workspace", env={}, job_id="agentjob2"

@@ -45,6 +45,7 @@ def test_a_member_with_the_sandboxs_limits_is_claimed_without_an_update(
             member, make_spec(memory_mb=256, cpus=1.0, pids_limit=128)
         )
         assert updates == []
+        assert claimed["jobs_dir"] == "/run/sandhub/jobs"  # the member's jobs tmpfs goes along
         assert limits_of(engine, claimed) == (256 * MIB, 256 * MIB, 1_000_000_000, 128)
         assert engine.api.inspect_container(claimed["container_id"])["Name"].endswith(
             claimed["container_name"]

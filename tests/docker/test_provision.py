@@ -44,7 +44,8 @@ def test_provision_hardens_the_container(
     assert host_config["NanoCpus"] == 1_000_000_000
     assert host_config["PidsLimit"] == 128
     assert host_config["NetworkMode"] == "none"
-    assert set(host_config["Tmpfs"]) == {"/tmp", "/home/sandbox"}
+    assert set(host_config["Tmpfs"]) == {"/tmp", "/home/sandbox", "/run/sandhub"}
+    assert "mode=0700" in host_config["Tmpfs"]["/run/sandhub"]  # background jobs' files
     mounts = {m["Destination"]: m for m in attrs["Mounts"]}
     assert mounts["/workspace"]["Type"] == "volume" and mounts["/workspace"]["Name"] == name
     assert backend.status(sandbox) == "running"

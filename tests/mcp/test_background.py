@@ -127,7 +127,7 @@ def test_start_check_finish_then_cancel_another(asgi_server, world, shared_sandb
 
     assert running["running"] and running["status"] == "running"
     assert running["exit_code"] is None and running["elapsed_seconds"] < 2
-    assert running["log_path"].startswith("/workspace/.sandhub/jobs/")
+    assert running["log_path"].startswith("/run/sandhub/jobs/")  # out of /workspace
 
     assert (ended["running"], ended["status"], ended["exit_code"]) == (False, "failed", 3)
     assert ended["output"] == "begin\nend\n" and not ended["output_truncated"]

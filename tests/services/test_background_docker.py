@@ -55,7 +55,7 @@ def test_background_command_outlives_its_request(sandbox, as_alice, engine, qclu
 
     check = services.check_background(as_alice, sandbox, result.id)
     assert check.running and check.status == "running" and check.exit_code is None
-    assert check.log_path.startswith("/workspace/.sandhub/jobs/")
+    assert check.log_path.startswith("/run/sandhub/jobs/")  # out of /workspace
     wait_for(lambda: "sleep 1" in processes(engine, sandbox), 5, "the job's processes")
 
     # The worker, not a check, records the end: nobody looks until the row has changed.

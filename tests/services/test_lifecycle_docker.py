@@ -25,6 +25,7 @@ from sandboxes.housekeeping import reconcile
 from sandboxes.models import CommandExecution, CommandStatus, Sandbox
 from tenants.principal import Principal
 from tests.engine import engine_cleaning_up
+from tests.services.helpers import wait_for
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db]
 
@@ -137,11 +138,18 @@ def test_stop_keeps_the_files_and_start_mounts_the_disk_again(made, as_alice, en
     sandbox_id = create(made, as_alice)
     services.write_file(as_alice, sandbox_id, "kept.txt", "files survive a stop\n")
     services.run_command(as_alice, sandbox_id, "echo scratch > /tmp/gone")
-    job = services.start_background(as_alice, sandbox_id, "sleep 600")
+    job = services.start_background(as_alice, sandbox_id, "echo job-said-this; sleep 600")
+    wait_for(
+        lambda: "job-said" in services.check_background(as_alice, sandbox_id, job.id).output,
+        20,
+        "the job's output",
+    )
     change = services.stop_sandbox(as_alice, sandbox_id)
     assert change.background_ended == [job.id]
     assert engine_status(engine, sandbox_id) == "exited"
     assert CommandExecution.objects.get(pk=job.id).status == CommandStatus.CANCELLED
+    # Its log went with the container's memory; its row kept what it had said.
+    assert CommandExecution.objects.get(pk=job.id).stdout == "job-said-this\n"
     # As after a reboot of the machine: the disk is no longer mounted.
     volume = Sandbox.objects.get(public_id=sandbox_id).backend_state["volume"]
     mountpoint = str(disk_dir() / volume)

@@ -6,8 +6,9 @@ process that started it:
 - start: the agent's `job_start` runs the job runner (jobscripts.RUNNER) in a session of its
   own, stdin /dev/null, output to the job's log, the job marker (SANDHUB_JOB_ID) in its
   environment and no exec marker, so neither the agent's sweeps nor the agent's end touch it;
-- files: the kind's job directory (`.sandhub/jobs/<job id>/`): log (and log.<n> parts of a
-  long log), pid, exit, cancelled;
+- files: the kind's job directory, out of /workspace (Docker: `/run/sandhub/jobs/<job id>/`, a
+  tmpfs; SSH: `<sandbox dir>/.sandhub/jobs/<job id>/`; docs/lifecycle.md): log (and log.<n>
+  parts of a long log), pid, exit, cancelled;
 - poll: jobscripts.POLL as the sandbox user through the agent (a status line on stderr, the
   log's tail on stdout): whatever the sandbox wrote into the job's files, a poll answers a
   JobStatus (with `problem` set), never an exception;

@@ -27,10 +27,10 @@ from hosts.backends.agent.protocol import start_argv
 from hosts.backends.base import BackendError, SandboxGone
 from hosts.backends.docker.engine import Engine
 from hosts.backends.docker.names import (
-    JOBS_DIR,
     SANDBOX_USER,
     WORKSPACE,
     container_ref,
+    jobs_dir,
     names,
 )
 from hosts.backends.docker.stream import ExecStream
@@ -171,7 +171,7 @@ class DockerAgentPlace:
         return WORKSPACE
 
     def job_dir(self, state: dict[str, Any], job_id: str) -> str:
-        return f"{JOBS_DIR}/{job_id}"
+        return f"{jobs_dir(state)}/{job_id}"
 
 
 def agent_link(engine: Engine, *, python: str = "python3") -> AgentLink:

@@ -41,6 +41,8 @@ from hosts.backends.docker import local
 from hosts.backends.docker.disk import DEFAULT_DISK_MB, Disks
 from hosts.backends.docker.engine import Engine
 from hosts.backends.docker.names import (
+    JOBS_DIR,
+    JOBS_MOUNT,
     LABEL_MANAGED,
     LABEL_MEMORY,
     LABEL_NANO_CPUS,
@@ -116,6 +118,7 @@ class Containers:
             "volume": name,
             "network": network,
             "disk_mb": disk_mb,
+            "jobs_dir": JOBS_DIR,  # on the JOBS_MOUNT tmpfs (names.py)
         }
 
     def _make_disk(
@@ -203,6 +206,8 @@ class Containers:
         return {
             "/tmp": f"{common},mode=1777",
             "/home/sandbox": f"{common},mode=0755,uid={SANDBOX_UID},gid={SANDBOX_GID}",
+            # Background jobs' files, out of /workspace (names.JOBS_DIR).
+            JOBS_MOUNT: f"{common},mode=0700,uid={SANDBOX_UID},gid={SANDBOX_GID}",
         }
 
     def check_started(self, container: Container) -> None:

@@ -24,9 +24,15 @@ SANDBOX_UID = 99999
 SANDBOX_GID = 99999
 SANDBOX_USER = f"{SANDBOX_UID}:{SANDBOX_GID}"
 WORKSPACE = "/workspace"
-# Background jobs' files; processes of a job carry SANDHUB_JOB_ID=<job id>. In the volume: the
-# only writable place that survives a restart, and the files API can read it.
-JOBS_DIR = f"{WORKSPACE}/.sandhub/jobs"
+# Background jobs' files; processes of a job carry SANDHUB_JOB_ID=<job id>. Not in the volume,
+# where they showed in the tenant's file lists, downloads, sync and previews: on a tmpfs of
+# their own (JOBS_MOUNT, size-capped, counted in the sandbox's memory like /tmp), which no
+# snapshot or fork copies and a stop empties (a stop ends every job anyway). Containers made
+# before it have no such mount: their new jobs go to /tmp (LEGACY_JOBS_DIR); a job dict keeps
+# the directory it was started in, so jobs from the volume's .sandhub/jobs still poll.
+JOBS_MOUNT = "/run/sandhub"
+JOBS_DIR = f"{JOBS_MOUNT}/jobs"
+LEGACY_JOBS_DIR = "/tmp/.sandhub/jobs"
 NAME_PREFIX = "sandhub-"
 
 LABEL_MANAGED = "org.sandhub.managed"
@@ -39,6 +45,11 @@ LABEL_NANO_CPUS = "org.sandhub.nano_cpus"
 
 def identity_labels(sandbox_id: str) -> dict[str, str]:
     return {LABEL_MANAGED: "1", LABEL_SANDBOX: sandbox_id}
+
+
+def jobs_dir(state: dict[str, Any]) -> str:
+    """Where the sandbox's new background jobs go: its state says so from provision on."""
+    return str(state.get("jobs_dir") or LEGACY_JOBS_DIR)
 
 
 def names(state: dict[str, Any]) -> tuple[str, str]:

@@ -87,6 +87,7 @@ class Pool:
             "container_name": name,
             "volume": state.get("volume", ""),
             "pool_id": state.get("pool_id", ""),
+            **({"jobs_dir": state["jobs_dir"]} if state.get("jobs_dir") else {}),
         }
 
     def _update_limits(self, api: docker.APIClient, container: str, body: dict[str, int]) -> None:

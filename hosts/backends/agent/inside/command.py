@@ -29,6 +29,7 @@ from .constants import (
     ERR_INVALID,
     MARKER_ENV,
 )
+from .oom import oom_killed, oom_kills, oom_note
 from .procs import SPARE_SECONDS, HeadTail, exit_code, holds, marked, signal_quietly, sweep
 from .wire import Reaper, Refusal, Request
 
@@ -66,6 +67,7 @@ class Command:
         self.env["PWD"] = self.cwd  # as a shell that changed directory exports it
         self.status: int | None = None
         self.started = self.ended = time.monotonic()
+        self.oom_before: int | None = None
 
     def exited(self, status: int) -> None:
         """Called by the reaper's thread."""
@@ -77,6 +79,7 @@ class Command:
         if not os.path.isdir(self.cwd):
             return self.failed(126, f"cannot change directory to {self.cwd}: not a directory")
         stdin = subprocess.PIPE if self.request.args.get("stdin") else subprocess.DEVNULL
+        self.oom_before = oom_kills()
         try:
             child = self.reaper.spawn(
                 self.exited,
@@ -170,6 +173,11 @@ class Command:
         code = exit_code(self.status)
         if reason == "timeout":  # as coreutils `timeout -k` says it: SIGTERM sufficed, or not
             code = 124 if self.ended < kill_at else 137
+        elif not reason and oom_killed(code, self.oom_before):
+            note = oom_note()  # 137 alone does not say why
+            self.kept[CH_STDERR].write(note)
+            self.live.feed(CH_STDERR, note)
+            self.live.flush(time.monotonic(), force=True)
         return self.finish(code, reason, swept)
 
     def output(self, fd: int, pipes: dict[int, int], poller: Any) -> None:

@@ -182,3 +182,104 @@ def oom_first(argv: list[str], options: dict[str, Any]) -> tuple[list[str], dict
     ):
         return ["/bin/sh", "-c", _OOM_SHIM, "sandhub", *argv], options
     return argv, {**options, "preexec_fn": _oom_first_in_child}
+
+
+# -- telling an OOM kill from any other SIGKILL --------------------------------------------------
+# A command the OOM killer took ends like one killed with `kill -9`: status 137. The sandbox's
+# memory cgroup counts its OOM kills (v2: memory.events "oom_kill"; v1: memory.oom_control
+# "oom_kill", kernel 4.13+): a command that ended on SIGKILL while that count went up was
+# killed for memory. The platform matches OOM_NOTE (sandboxes/contract/results.py repeats it).
+OOM_NOTE = "sandhub: the command was killed because the sandbox ran out of memory"
+_NO_LIMIT = 1 << 60  # v1's "unlimited" is a huge number; v2 says "max"
+
+
+def _own_cgroup() -> tuple[str, str]:
+    """(v2 path, v1 memory path) of this process's cgroup, "" where it has none."""
+    v2 = v1 = ""
+    try:
+        with open("/proc/self/cgroup") as handle:
+            for line in handle:
+                parts = line.rstrip("\n").split(":", 2)
+                if len(parts) != 3:
+                    continue
+                if parts[0] == "0" and parts[1] == "":
+                    v2 = parts[2]
+                elif "memory" in parts[1].split(","):
+                    v1 = parts[2]
+    except OSError:
+        pass
+    return v2, v1
+
+
+def _memory_cgroup_dir() -> tuple[str, int]:
+    """The directory of this process's memory cgroup and its version (0: none found): its own
+    path in the hierarchy (a host's view); else, inside a cgroup namespace, the isolated SSH
+    sandbox's own cgroup (isolation.py: sandhub/<id>, the id in SANDHUB_SANDBOX_ID), as the
+    host's hierarchy shows it; else the hierarchy's root, which a container's private view
+    (Docker) shows as the container's own cgroup."""
+    v2, v1 = _own_cgroup()
+    sandbox = os.environ.get("SANDHUB_SANDBOX_ID", "")
+    for base, path, version, probe in (
+        ("/sys/fs/cgroup/memory", v1, 1, "memory.oom_control"),
+        ("/sys/fs/cgroup", v2, 2, "memory.events"),
+    ):
+        if version == 1 and not v1:
+            continue
+        candidates = [base + path.rstrip("/")] if path.strip("/") else []
+        if sandbox and sandbox.replace("_", "").isalnum():
+            candidates.append(f"{base}/sandhub/{sandbox}")
+        for directory in [*candidates, base]:
+            if os.path.isfile(os.path.join(directory, probe)):
+                return directory, version
+    return "", 0
+
+
+_memory_cgroup: list[tuple[str, int]] = []  # found once, at the first command (not at import)
+
+
+def _memory_cgroup_found() -> tuple[str, int]:
+    if not _memory_cgroup:
+        _memory_cgroup.append(_memory_cgroup_dir())
+    return _memory_cgroup[0]
+
+
+def oom_kills() -> int | None:
+    """How many processes the OOM killer has taken in the sandbox's cgroup; None: unknown."""
+    directory, version = _memory_cgroup_found()
+    name = "memory.oom_control" if version == 1 else "memory.events"
+    try:
+        with open(os.path.join(directory, name)) as handle:
+            for line in handle:
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def memory_limit_mb() -> int | None:
+    directory, version = _memory_cgroup_found()
+    name = "memory.limit_in_bytes" if version == 1 else "memory.max"
+    try:
+        with open(os.path.join(directory, name)) as handle:
+            limit = int(handle.read().strip())
+    except (OSError, ValueError):  # "max": no limit
+        return None
+    return limit // (1024 * 1024) if 0 < limit < _NO_LIMIT else None
+
+
+def oom_killed(code: int | None, before: int | None) -> bool:
+    """Whether a command that ended with `code` was taken by the OOM killer: it died of
+    SIGKILL (137, as a shell reports it) while the cgroup's OOM kill count went up. A plain
+    `kill -9` leaves the count as it was."""
+    if code != 137 or before is None:
+        return False
+    after = oom_kills()
+    return after is not None and after > before
+
+
+def oom_note() -> bytes:
+    limit = memory_limit_mb()
+    said = f" (limit {limit} MB)" if limit else ""
+    return f"\n{OOM_NOTE}{said}; use a bigger sandbox or less memory\n".encode()
