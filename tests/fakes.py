@@ -32,6 +32,7 @@ from hosts.backends.base import (
     SandboxSpec,
 )
 from tests.fake_snapshots import FakeSnapshots
+from tests.fake_terminals import FakeTerminals
 
 
 class SocketPortStream(PortStream):
@@ -69,7 +70,7 @@ class SocketPortStream(PortStream):
             self.sock.close()
 
 
-class FakeBackend(FakeSnapshots, SandboxBackend):
+class FakeBackend(FakeTerminals, FakeSnapshots, SandboxBackend):
     """Sandboxes are dicts of files; `echo`, `cat`, `exit N` and `sleep` are understood."""
 
     kind = "fake"
@@ -151,6 +152,8 @@ class FakeBackend(FakeSnapshots, SandboxBackend):
         box = self._running_box(state)
         started = time.monotonic()
         out, err, code, timed_out = self._interpret(box, argv, env, timeout)
+        if stdin is not None and argv == ["bash", "-c", "cat"]:  # `cat` gives back its stdin
+            out, err, code = stdin, b"", 0
         stdout, stderr = HeadTailBuffer(output_cap), HeadTailBuffer(output_cap)
         stdout.write(out)
         stderr.write(err)

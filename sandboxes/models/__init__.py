@@ -34,6 +34,7 @@ from sandboxes.models.snapshots import (
     SnapshotQuerySet,
     SnapshotStatus,
 )
+from sandboxes.models.terminals import Terminal, TerminalKind, TerminalQuerySet
 
 __all__ = [
     "ALLOWED_TRANSITIONS",
@@ -61,6 +62,9 @@ __all__ = [
     "Snapshot",
     "SnapshotQuerySet",
     "SnapshotStatus",
+    "Terminal",
+    "TerminalKind",
+    "TerminalQuerySet",
     "WarmContainer",
     "WarmContainerStatus",
     "new_link_id",

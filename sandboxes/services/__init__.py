@@ -120,6 +120,17 @@ from sandboxes.services.sync import (
 )
 from sandboxes.services.synctar import TooLarge
 from sandboxes.services.workflows import run_once, run_tests
+from sandboxes.services.shells import MAX_STDIN_BYTES, close_session, list_sessions  # noqa: I001
+from sandboxes.services.terminals import (  # noqa: I001 - terminals and shell sessions
+    MAX_TERMINALS_PER_SANDBOX,
+    TerminalStream,
+    attach_terminal,
+    close_terminal,
+    list_terminals,
+    open_terminal,
+    terminal_gone,
+    terminal_seen,
+)
 
 __all__ = [
     "BACKGROUND_TAIL_BYTES",
@@ -211,4 +222,15 @@ __all__ = [
     "get_snapshot",
     "list_snapshots",
     "snapshot_sandbox",
+    "MAX_STDIN_BYTES",
+    "MAX_TERMINALS_PER_SANDBOX",
+    "TerminalStream",
+    "attach_terminal",
+    "close_session",
+    "close_terminal",
+    "list_sessions",
+    "list_terminals",
+    "open_terminal",
+    "terminal_gone",
+    "terminal_seen",
 ]
