@@ -139,17 +139,21 @@ def list_terminals(principal: Principal, sandbox_id: str) -> list[TerminalResult
     return [TerminalResult.from_model(t) for t in rows]
 
 
-def terminal_seen(principal: Principal, sandbox_id: str, terminal_id: str) -> bool:
+def terminal_seen(
+    principal: Principal, sandbox_id: str, terminal_id: str, *, active: bool = True
+) -> bool:
     """A connection's periodic check (not audited: it changes nothing the audit log keeps):
-    the principal may still use the terminal and it is open; records the activity, so the
-    sandbox is not swept as idle while someone types. False when access is lost."""
+    the principal may still use the terminal and it is open. `active` (input or output since
+    the last check) is recorded, so the sandbox is not swept as idle while someone works in
+    it. False when access is lost."""
     try:
         terminal = _terminal(principal, sandbox_id, terminal_id, WRITE, "use terminals")
     except (NotFound, Conflict, PermissionDenied):
         return False
-    now = timezone.now()
-    Terminal.objects.filter(pk=terminal.pk).update(last_seen_at=now)
-    Sandbox.objects.filter(pk=terminal.sandbox.pk).update(last_activity_at=now)
+    if active:
+        now = timezone.now()
+        Terminal.objects.filter(pk=terminal.pk).update(last_seen_at=now)
+        Sandbox.objects.filter(pk=terminal.sandbox.pk).update(last_activity_at=now)
     return True
 
 

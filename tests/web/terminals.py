@@ -1,0 +1,69 @@
+"""Helpers of the terminal tests (websocket, browser, bench): a signed-in session's cookie,
+a websocket to a terminal as a browser of some origin opens it, and reading it until some
+text came. Not a test module."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.test import Client
+from websockets.sync.client import ClientConnection, connect
+
+
+def session_cookie(user: Any, team_slug: str | None = None) -> str:
+    """`name=value` of a session signed in as `user` (in `team_slug`, if given)."""
+    client = Client()
+    client.force_login(user)
+    if team_slug:
+        session = client.session
+        session["sandhub_team"] = team_slug
+        session.save()
+    return f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+
+
+def terminal_url(server: str, sandbox_id: str, terminal_id: str) -> str:
+    base = server.replace("http://", "ws://", 1).replace("https://", "wss://", 1)
+    return f"{base}/ws/sandboxes/{sandbox_id}/terminals/{terminal_id}/"
+
+
+def open_terminal_socket(
+    server: str,
+    sandbox_id: str,
+    terminal_id: str,
+    cookie: str | None,
+    origin: str | None = "own",
+    headers: dict[str, str] | None = None,
+) -> ClientConnection:
+    """A websocket as a page of `origin` opens it ("own": the platform's; None: no Origin)."""
+    parts = urlsplit(server)
+    extra = dict(headers or {})
+    if cookie:
+        extra["Cookie"] = cookie
+    if origin == "own":
+        origin = f"{parts.scheme}://{parts.netloc}"
+    return connect(
+        terminal_url(server, sandbox_id, terminal_id),
+        origin=origin,  # type: ignore[arg-type]
+        additional_headers=extra,
+        open_timeout=30,
+        max_size=None,
+    )
+
+
+def read_until(socket: ClientConnection, wanted: bytes, timeout: float = 20) -> bytes:
+    """What the terminal printed until `wanted` (AssertionError naming what came instead)."""
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while wanted not in seen:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"no {wanted!r} within {timeout} s; got {seen[-500:]!r}")
+        try:
+            frame = socket.recv(timeout=left)
+        except TimeoutError:
+            continue
+        seen += frame if isinstance(frame, bytes) else frame.encode()
+    return seen
