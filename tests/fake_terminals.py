@@ -157,7 +157,16 @@ class FakeTerminals:
         ]
 
     def run_in_shell(
-        self, state, session, command, *, env, timeout, output_cap, idle_timeout, on_output=None,
+        self,
+        state,
+        session,
+        command,
+        *,
+        env,
+        timeout,
+        output_cap,
+        idle_timeout,
+        on_output=None,
         stdin=None,
     ) -> ExecResult:
         shell = self._terminals(state).setdefault(session, FakeShell())

@@ -103,6 +103,7 @@ from sandboxes.services.sandboxes import (
     rename_sandbox,
 )
 from sandboxes.services.selection import get_active_sandbox, select_sandbox
+from sandboxes.services.shells import MAX_STDIN_BYTES, close_session, list_sessions  # noqa: I001
 from sandboxes.services.snapshots import (
     delete_snapshot,
     fork_sandbox,
@@ -119,10 +120,7 @@ from sandboxes.services.sync import (
     tree_manifest,
 )
 from sandboxes.services.synctar import TooLarge
-from sandboxes.services.workflows import run_once, run_tests
-from sandboxes.services.shells import MAX_STDIN_BYTES, close_session, list_sessions  # noqa: I001
 from sandboxes.services.terminals import (  # noqa: I001 - terminals and shell sessions
-    MAX_TERMINALS_PER_SANDBOX,
     TerminalStream,
     attach_terminal,
     close_terminal,
@@ -131,6 +129,7 @@ from sandboxes.services.terminals import (  # noqa: I001 - terminals and shell s
     terminal_gone,
     terminal_seen,
 )
+from sandboxes.services.workflows import run_once, run_tests
 
 __all__ = [
     "BACKGROUND_TAIL_BYTES",
@@ -223,7 +222,6 @@ __all__ = [
     "list_snapshots",
     "snapshot_sandbox",
     "MAX_STDIN_BYTES",
-    "MAX_TERMINALS_PER_SANDBOX",
     "TerminalStream",
     "attach_terminal",
     "close_session",

@@ -5,12 +5,13 @@ ended. Opening, attaching and closing are audited; what is typed never is."""
 
 from __future__ import annotations
 
+import contextlib
 from datetime import timedelta
 
+from django.conf import settings
 from django.utils import timezone
 
 from hosts.backends.base import BackendError, SandboxBackend, TerminalGone, TerminalStream
-from platform_site.env import env_int
 from sandboxes.contract.errors import Conflict, InvalidInput, NotFound, PermissionDenied
 from sandboxes.contract.terminals import TerminalResult
 from sandboxes.models import Sandbox, SandboxStatus, Terminal, TerminalKind
@@ -20,13 +21,16 @@ from sandboxes.services.common import backend_errors, backend_of, running_sandbo
 from tenants.auditing import AUDIT_READ, AUDIT_VIEW, audited, change, current
 from tenants.principal import Principal
 
-# Open terminals a sandbox may have at once: each is a shell and a holder in the sandbox.
-MAX_TERMINALS_PER_SANDBOX = env_int("SANDHUB_MAX_TERMINALS_PER_SANDBOX", 5, minimum=1)
 MAX_COLS, MAX_ROWS = 1000, 500
 # A team without an idle timeout (0) still has its unattended terminals ended after a week.
 NO_IDLE_TIMEOUT_SECONDS = 7 * 24 * 3600
 # How often a connection's activity is written (last_seen_at, the sandbox's activity).
 SEEN_WRITE_INTERVAL = timedelta(seconds=30)
+
+
+def max_terminals_per_sandbox() -> int:
+    """Open terminals a sandbox may have at once: each is a shell and a holder in it."""
+    return int(getattr(settings, "SANDHUB_MAX_TERMINALS_PER_SANDBOX", 5))
 
 
 def window_size(cols: object, rows: object) -> tuple[int, int]:
@@ -49,17 +53,18 @@ def open_terminal(
     principal: Principal, sandbox_id: str, *, cols: int = 80, rows: int = 24
 ) -> TerminalResult:
     """Start a terminal (the sandbox user's shell in /workspace) and record it. Members and
-    up; at most MAX_TERMINALS_PER_SANDBOX open at once."""
+    up; at most SANDHUB_MAX_TERMINALS_PER_SANDBOX open at once."""
     current().target("sandbox", sandbox_id)
     cols, rows = window_size(cols, rows)
     sandbox = running_sandbox(principal, sandbox_id, WRITE, "open terminals")
     backend = backend_of(sandbox)
-    if _open_terminals(sandbox).count() >= MAX_TERMINALS_PER_SANDBOX:
+    cap = max_terminals_per_sandbox()
+    if _open_terminals(sandbox).count() >= cap:
         reconcile(sandbox, backend)  # some may have ended on their own
     with change():
-        if _open_terminals(sandbox).count() >= MAX_TERMINALS_PER_SANDBOX:
+        if _open_terminals(sandbox).count() >= cap:
             raise Conflict(
-                f"sandbox {sandbox_id} has {MAX_TERMINALS_PER_SANDBOX} open terminals, the "
+                f"sandbox {sandbox_id} has {cap} open terminals, the "
                 "most it may have (SANDHUB_MAX_TERMINALS_PER_SANDBOX): close one first"
             )
         terminal = Terminal.objects.create(
@@ -131,10 +136,8 @@ def list_terminals(principal: Principal, sandbox_id: str) -> list[TerminalResult
     sandbox = access.get_sandbox(principal, sandbox_id, READ, "see terminals")
     close_if_sandbox_ended(sandbox)
     if sandbox.status == SandboxStatus.RUNNING and _open_terminals(sandbox).exists():
-        try:
+        with contextlib.suppress(BackendError):  # else the list as recorded: host unreachable
             reconcile(sandbox, backend_of(sandbox))
-        except BackendError:
-            pass  # the list as recorded: the host is unreachable for now
     rows = _open_terminals(sandbox).select_related("sandbox", "opened_by")
     return [TerminalResult.from_model(t) for t in rows]
 
@@ -163,8 +166,8 @@ def terminal_seen(
 def close_stale_terminals() -> int:
     """Close the rows of terminals and sessions that cannot run any more: their sandbox
     stopped, was deleted or lost, or (running) its holder is gone. How many were closed."""
-    closed = Terminal.objects.open().exclude(sandbox__status__in=_HOLDING).close(
-        "its sandbox stopped"
+    closed = (
+        Terminal.objects.open().exclude(sandbox__status__in=_HOLDING).close("its sandbox stopped")
     )
     running = Sandbox.objects.filter(
         status=SandboxStatus.RUNNING, terminals__closed_at__isnull=True
@@ -185,7 +188,8 @@ def close_if_sandbox_ended(sandbox: Sandbox) -> None:
 def reconcile(sandbox: Sandbox, backend: SandboxBackend) -> int:
     """Mark closed the open rows whose holder no longer runs in the sandbox."""
     running = {info.terminal_id for info in backend.list_terminals(sandbox.backend_state)}
-    gone = [t.pk for t in Terminal.objects.open().filter(sandbox=sandbox) if t.backend_id not in running]
+    rows = Terminal.objects.open().filter(sandbox=sandbox)
+    gone = [row.pk for row in rows if row.backend_id not in running]
     return Terminal.objects.filter(pk__in=gone).close("it ended") if gone else 0
 
 

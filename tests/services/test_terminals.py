@@ -37,9 +37,7 @@ def read_until(stream, wanted: bytes) -> bytes:
     return seen
 
 
-def test_a_member_opens_types_and_closes_a_terminal_audited_without_keystrokes(
-    sandbox, as_mallory
-):
+def test_a_member_opens_types_and_closes_a_terminal_audited_without_keystrokes(sandbox, as_mallory):
     opened = services.open_terminal(as_mallory, sandbox, cols=100, rows=30)
     assert opened.id.startswith("tm-") and len(opened.id) == 32 and opened.open
     assert (opened.kind, opened.opened_by, opened.channel) == ("terminal", "mallory", "web")
@@ -106,10 +104,8 @@ def test_another_teams_terminal_answers_as_a_missing_one(sandbox, as_alice, as_b
     assert Terminal.objects.get().closed_at is None
 
 
-def test_the_cap_on_open_terminals_and_a_closed_one_frees_a_place(
-    sandbox, as_alice, monkeypatch
-):
-    monkeypatch.setattr(terminals, "MAX_TERMINALS_PER_SANDBOX", 2)
+def test_the_cap_on_open_terminals_and_a_closed_one_frees_a_place(sandbox, as_alice, settings):
+    settings.SANDHUB_MAX_TERMINALS_PER_SANDBOX = 2
     first = services.open_terminal(as_alice, sandbox)
     services.open_terminal(as_alice, sandbox)
     with pytest.raises(Conflict, match="2 open terminals, the most it may have"):

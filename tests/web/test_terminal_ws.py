@@ -60,9 +60,11 @@ def refused_before_accept(server: str, sandbox: str, terminal: str, **how: Any) 
 
 
 def closed_with(server: str, sandbox: str, terminal: str, cookie: str | None) -> tuple[int, str]:
-    with open_terminal_socket(server, sandbox, terminal, cookie) as socket:
-        with pytest.raises(ConnectionClosed) as closed:
-            socket.recv(timeout=20)
+    with (
+        open_terminal_socket(server, sandbox, terminal, cookie) as socket,
+        pytest.raises(ConnectionClosed) as closed,
+    ):
+        socket.recv(timeout=20)
     assert closed.value.rcvd is not None
     return closed.value.rcvd.code, closed.value.rcvd.reason
 
