@@ -128,6 +128,14 @@ def close_terminal(principal: Principal, sandbox_id: str, terminal_id: str) -> T
     return TerminalResult.from_model(terminal)
 
 
+@audited("terminal.get", "terminal", kind=AUDIT_VIEW)
+def get_terminal(principal: Principal, sandbox_id: str, terminal_id: str) -> TerminalResult:
+    """One terminal, open or ended, for someone who may use it (its page)."""
+    current().target("terminal", terminal_id)
+    terminal = _terminal(principal, sandbox_id, terminal_id, WRITE, "use terminals", ended=True)
+    return TerminalResult.from_model(terminal)
+
+
 @audited("terminal.list", "sandbox", kind=AUDIT_VIEW)
 def list_terminals(principal: Principal, sandbox_id: str) -> list[TerminalResult]:
     """The sandbox's open terminals, checked against what runs in it (one that ended on its
