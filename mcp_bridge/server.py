@@ -26,6 +26,7 @@ from mcp_bridge import (
     tools_links,
     tools_previews,
     tools_sandboxes,
+    tools_sessions,
     tools_snapshots,
 )
 from mcp_bridge.listing import DereferenceOnce
@@ -89,6 +90,7 @@ def build_server(auth: AuthProvider | None = None) -> FastMCP:
     tools_links.register(mcp)
     tools_lifecycle.register(mcp)
     tools_snapshots.register(mcp)
+    tools_sessions.register(mcp)
     resources.register(mcp)
     prompts.register(mcp)
     _serve_input_schemas(mcp)

@@ -73,6 +73,8 @@ EXPECTED_TOOLS = {
     "list_snapshots",
     "delete_snapshot",
     "fork_sandbox",
+    "list_sessions",
+    "close_session",
 }
 
 
