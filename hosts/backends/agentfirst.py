@@ -14,7 +14,8 @@ is made here, once:
   for it costs that, a python3 start and a handshake for nothing: it uses the agent only if
   one runs already;
 - stdin has the per-command path's limit on both paths, so a caller sees the same answer
-  whichever runs the command.
+  whichever runs the command;
+- terminals and shell sessions need the agent (agentinteractive.py): without it, Unsupported.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from hosts.backends.agent import synccalls
 from hosts.backends.agent.client import AgentUnavailable
 from hosts.backends.agent.jobs import AgentJobs
 from hosts.backends.agent.link import AgentLink
+from hosts.backends.agentinteractive import AgentInteractive
 from hosts.backends.base import (
     ExecResult,
     FileEntry,
@@ -51,7 +53,7 @@ T = TypeVar("T")
 LIVE_ALL = 1 << 62  # live output budget of a command through the agent: every byte, no sampling
 
 
-class AgentFirstBackend(SandboxBackend):
+class AgentFirstBackend(AgentInteractive, SandboxBackend):
     agents: AgentLink
     agent_jobs: AgentJobs
     plain: PlainCommands

@@ -18,6 +18,7 @@ from hosts.backends.base import (
     HeadTailBuffer,
     OutputCallback,
     PortClosed,
+    TerminalGone,
 )
 
 # After a cancel (the caller's deadline passed), how long the agent has to answer before it
@@ -72,6 +73,8 @@ def refusal(body: dict[str, Any]) -> Exception:
         return _OS_ERRORS[kind](message)
     if kind == protocol.ERR_PORT_CLOSED:
         return PortClosed(message)
+    if kind == protocol.ERR_TERMINAL_GONE:
+        return TerminalGone(message)
     return AgentRefused(kind, message)
 
 

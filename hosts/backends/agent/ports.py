@@ -53,6 +53,8 @@ class AgentPortStream(Call, PortStream):
         super().__init__(client, rid)
         self.sender = client
         self.port = port
+        self.what = f"port {port}"  # in errors: what the stream reaches
+        self.app = f"the app on port {port}"
         self.address = ""  # where the agent connected (127.0.0.1 or ::1)
         self.settled = threading.Event()  # connected, or refused
         self._inbox = threading.Condition()
@@ -93,15 +95,13 @@ class AgentPortStream(Call, PortStream):
         """Until the agent connected; its refusal (PortClosed, ...) or a BackendError."""
         if not self.settled.wait(timeout + OPEN_GRACE):
             self.close()
-            raise BackendError(
-                f"the sandbox agent did not open port {self.port} within {timeout:g} s"
-            )
+            raise BackendError(f"the sandbox agent did not open {self.what} within {timeout:g} s")
         if self.address:
             return
         self.close()
         if self.error is not None:
             raise self.error
-        raise BackendError(f"the sandbox agent ended the stream to port {self.port} unopened")
+        raise BackendError(f"the sandbox agent ended the stream to {self.what} unopened")
 
     # --- PortStream ------------------------------------------------------------------------
     def read(self, max_bytes: int = 65536, timeout: float | None = None) -> bytes:
@@ -114,11 +114,11 @@ class AgentPortStream(Call, PortStream):
                     raise self.error
                 if self.done.is_set():
                     if self.body.get("reset"):
-                        raise BackendError(f"the app on port {self.port} reset the connection")
+                        raise BackendError(f"{self.app} reset the connection")
                     return b""
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
-                    raise TimeoutError(f"nothing came from port {self.port} in {timeout:g} s")
+                    raise TimeoutError(f"nothing came from {self.what} in {timeout:g} s")
                 self._inbox.wait(remaining)
             data = self._take(max(1, max_bytes))
             self._taken += len(data)
@@ -156,11 +156,11 @@ class AgentPortStream(Call, PortStream):
         with self._cond:
             while True:
                 if self._closed or self._write_closed:
-                    raise BackendError(f"the stream to port {self.port} is closed for writing")
+                    raise BackendError(f"the stream to {self.what} is closed for writing")
                 if self.done.is_set():
                     if self.error is not None:
                         raise self.error
-                    raise BackendError(f"the app on port {self.port} closed the connection")
+                    raise BackendError(f"{self.app} closed the connection")
                 if self._window >= size:
                     self._window -= size
                     return

@@ -77,6 +77,26 @@ Operations (REQUEST payloads) and their answers:
          its side, what it sent is delivered, then RESULT {"sent", "received", "reset"}
          (reset: the app reset the connection, so its data may be cut short). CANCEL closes
          the connection: RESULT {"cancelled": true, ...}.
+- terminal_open {"dir", "id", "mode", "cwd", "env", "cols", "rows", "idle", "exist_ok"}
+      -> RESULT {"pid", "existed"}: starts the holder of a terminal (mode "terminal": a PTY
+      running the user's login shell, TERM=xterm-256color, cols x rows) or of a shell session
+      (mode "shell": bash on pipes), detached (inside/terminals.py, holder.py), listening on
+      DIR/ID.sock; answers once it accepts. DIR (absolute, outside the workspace) is made
+      0700 and must be the agent's uid's own directory; ID is [a-z0-9][a-z0-9-]{0,47}.
+      `idle` seconds with no client attached and no input end it (0: never). One of that id
+      running already: ERROR ERR_EXISTS, or (exist_ok) its RESULT with "existed" true.
+- terminal_attach {"dir", "id"}: a connection to the holder, carried as a port stream is:
+      DATA CH_PORT_OPEN {"address": id} once connected, then DATA CH_PORT both ways within
+      the CREDIT and ACK windows. From the holder: the scrollback, then the terminal's output,
+      raw. To it: the holder's input frames (holder.py: `!BI` kind, length; kind 0 input,
+      kind 1 a resize `!HH` cols, rows). The terminal ending ends the request (RESULT, as a
+      port stream's); CANCEL detaches. None of that id: ERROR ERR_TERMINAL_GONE.
+- terminal_close {"dir", "id"} -> RESULT {"closed"}: the holder kills its shell and all it
+      started, then exits; closed false if none of that id ran.
+- terminal_list {"dir"} -> RESULT {"terminals": [{"id", "kind" (terminal|shell), "pid",
+      "started_at", "last_activity", "attached"}]}: what each running holder says.
+A shell session's command is no operation of its own: an `exec` of inside/shellclient.py,
+which hands it to the session's holder (agentinteractive.py).
 """
 
 from __future__ import annotations

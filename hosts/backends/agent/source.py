@@ -12,15 +12,27 @@ import functools
 import hashlib
 from pathlib import Path
 
-from hosts.backends.agent.inside import PARTS
+from hosts.backends.agent.inside import HOLDER_PARTS, PARTS
 
 _HERE = Path(__file__).resolve().parent / "inside"
 
 
 @functools.cache
 def agent_source() -> bytes:
-    pieces = ["from __future__ import annotations\n"]
-    for name in PARTS:
+    # The holder's program first, as a constant (inside/terminals.py starts it from there).
+    holder = f"HOLDER_PROGRAM = {bundle(HOLDER_PARTS)!r}\n"
+    return bundle(PARTS, holder).encode()
+
+
+@functools.cache
+def holder_source() -> str:
+    """The terminal holder's program (inside/holder.py, shellholder.py), as the agent has it."""
+    return bundle(HOLDER_PARTS)
+
+
+def bundle(parts: tuple[str, ...], head: str = "") -> str:
+    pieces = ["from __future__ import annotations\n", head]
+    for name in parts:
         text = (_HERE / f"{name}.py").read_text()
         dropped: set[int] = set()
         for node in ast.parse(text).body:
@@ -29,7 +41,7 @@ def agent_source() -> bytes:
         lines = text.splitlines(keepends=True)
         kept = [line for number, line in enumerate(lines, 1) if number not in dropped]
         pieces.append(f"# ---- inside/{name}.py\n" + "".join(kept))
-    return "".join(pieces).encode()
+    return "".join(pieces)
 
 
 def agent_digest() -> str:

@@ -16,7 +16,24 @@ tests; nothing there runs at import.
 - files: read, write (atomic), list, background job start, kill by marker;
 - sync:  a tree's manifest (sorted, paged, walked lazily) and deletions under a root;
 - ports: port streams: a TCP connection to the sandbox's own listener, both ways (previews);
+- terminals: terminals and shell sessions: their holders (holder.py, shellholder.py, not
+  parts: the agent carries their text as HOLDER_PROGRAM and starts them as programs of
+  their own) started, attached to, closed and listed;
 - main:  the agent itself: reads frames, dispatches requests, shuts down at end of input.
 """
 
-PARTS = ("constants", "guard", "oom", "wire", "procs", "command", "files", "sync", "ports", "main")
+PARTS = (
+    "constants",
+    "guard",
+    "oom",
+    "wire",
+    "procs",
+    "command",
+    "files",
+    "sync",
+    "ports",
+    "terminals",
+    "main",
+)
+# The holder of a terminal or shell session: one program of its own, carried by the agent.
+HOLDER_PARTS = ("holder", "ptyholder", "shellholder", "holdermain")

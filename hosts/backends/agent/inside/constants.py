@@ -47,6 +47,7 @@ ERR_NOT_A_FILE = "not_a_file"
 ERR_TOO_LARGE = "too_large"
 ERR_INTERNAL = "internal"
 ERR_PORT_CLOSED = "port_closed"  # nothing (of the agent's uid) listens on the port
+ERR_TERMINAL_GONE = "terminal_gone"  # no terminal or shell session of that id runs
 
 MARKER_ENV = "SANDHUB_EXEC_ID"  # as the per-command exec path's wrapper sets it
 JOB_ENV = "SANDHUB_JOB_ID"

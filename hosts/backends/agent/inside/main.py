@@ -46,6 +46,7 @@ from .guard import LIBC, guard_streams, keep_to_itself
 from .ports import op_port
 from .procs import SWEEP_LIMIT
 from .sync import op_manifest, op_remove
+from .terminals import op_terminal_attach, op_terminal_close, op_terminal_list, op_terminal_open
 from .wire import Pool, Reaper, Refusal, Request, Wire
 
 
@@ -71,6 +72,10 @@ class Agent:
             "read": op_read,
             "remove": op_remove,
             "write": op_write,
+            "terminal_open": lambda request: op_terminal_open(request, self.reaper, self.base_env),
+            "terminal_attach": op_terminal_attach,
+            "terminal_close": op_terminal_close,
+            "terminal_list": op_terminal_list,
         }
 
     def serve(self) -> None:
