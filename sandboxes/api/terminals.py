@@ -6,6 +6,8 @@ used in the browser, over the websocket its page opens), list and close shell se
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.urls import reverse
 from drf_spectacular.utils import extend_schema
 from pydantic import Field
@@ -84,7 +86,7 @@ class TerminalListView(ServiceView):
     )
     def get(self, request: Request, sandbox_id: str) -> Response:
         found = services.list_terminals(principal(request), sandbox_id)
-        page = self.paginate_queryset(found)  # type: ignore[arg-type]
+        page: list[Any] | None = self.paginate_queryset(found)  # type: ignore[arg-type]
         return self.get_paginated_response([_terminal(request, t) for t in page or []])
 
     @extend_schema(
