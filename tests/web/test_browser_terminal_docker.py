@@ -18,8 +18,9 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from hosts.backends import reset_backends
 from sandboxes import services
-from sandboxes.models import Sandbox
+from sandboxes.models import Sandbox, Terminal
 from tenants.models import Membership, Role, Team
+from tenants.principal import Principal
 from tests.web.browser_terminal import (
     make_world,
     open_terminal_from_sandbox_page,
@@ -50,14 +51,7 @@ def world(live_db) -> Iterator[dict[str, Any]]:
 
 def _delete_sandboxes() -> None:
     for sandbox in Sandbox.objects.live():
-        services.delete_sandbox(services_principal(sandbox), sandbox.public_id)
-
-
-def services_principal(sandbox: Sandbox) -> Any:
-    from tenants.models import Channel
-    from tenants.principal import Principal
-
-    return Principal(user=None, team=sandbox.team, channel=Channel.SYSTEM)
+        services.delete_sandbox(Principal.system(sandbox.team), sandbox.public_id)
 
 
 @pytest.fixture(autouse=True)
@@ -145,3 +139,21 @@ def _stranger_cookie() -> str:
     user = get_user_model().objects.get_or_create(username="bob")[0]
     Membership.objects.get_or_create(user=user, team=team, defaults={"role": Role.MEMBER})
     return session_cookie(user)
+
+
+def test_deleting_the_sandbox_ends_its_terminals_websocket(asgi_server, world):
+    principal = world["principal"]
+    doomed = off_loop(services.create_sandbox, principal, name="doomed", memory_mb=256).id
+    terminal = off_loop(services.open_terminal, principal, doomed).id
+    cookie = off_loop(session_cookie, world["alice"])
+    with open_terminal_socket(asgi_server, doomed, terminal, cookie) as socket:
+        socket.send(b"echo alive-$((40+2))\r")
+        read_until(socket, b"alive-42", timeout=30)
+        off_loop(services.delete_sandbox, principal, doomed)
+        with pytest.raises(ConnectionClosed) as closed:
+            while True:
+                socket.recv(timeout=60)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 4410
+    off_loop(services.sweep_expired_and_idle, Principal.system())
+    rows = off_loop(lambda: list(Terminal.objects.filter(terminal_id=terminal)))
+    assert rows[0].closed_at is not None, "the sweep closes the rows of a deleted sandbox"
