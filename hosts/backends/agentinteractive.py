@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -43,6 +44,7 @@ DEFAULT_TERMINAL_DIR = "/tmp/.sandhub-terminals"
 WORKSPACE = "/workspace"
 CLIENT_PYTHON = "python3"  # readable, as any command's: the run's client is a command
 LIVE_ALL = 1 << 62
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @functools.cache
@@ -150,6 +152,9 @@ class AgentInteractive:
         stdin: bytes | None = None,
     ) -> ExecResult:
         terminals.check_id(session)
+        for name in env:
+            if not _ENV_NAME.match(name):
+                raise BackendError(f"{name[:60]!r} cannot be a shell variable's name")
         directory = self.terminal_dir(state)
         socket = f"{directory}/{session}.sock"
         request = json.dumps({"command": command, "env": dict(env)}).encode()

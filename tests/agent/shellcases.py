@@ -5,6 +5,7 @@ module.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from hosts.backends.base import ExecResult, SandboxBackend
@@ -128,3 +129,22 @@ def sessions_are_independent(backend: SandboxBackend, state: dict[str, Any]) -> 
     fresh = shell(backend, state, one, 'echo "$PWD ${WHO:-new}"')
     assert fresh.stdout == b"/workspace new\n"  # closed: the next call starts a new shell
     backend.close_terminal(state, one)
+
+
+def concurrent_runs_take_turns(backend: SandboxBackend, state: dict[str, Any]) -> None:
+    """Two calls to one session at once: both run, one after the other, never interleaved."""
+    session = new_id("s")
+    shell(backend, state, session, "rm -f /tmp/turns")
+    step = "echo start-{0} >> /tmp/turns; sleep 0.5; echo end-{0} >> /tmp/turns; echo ran-{0}"
+    with ThreadPoolExecutor(2) as pool:
+        runs = [pool.submit(shell, backend, state, session, step.format(n)) for n in (1, 2)]
+        results = [run.result() for run in runs]
+    assert [r.stdout for r in results] == [b"ran-1\n", b"ran-2\n"]
+    lines = shell(backend, state, session, "cat /tmp/turns").stdout.split()
+    assert lines in (
+        [b"start-1", b"end-1", b"start-2", b"end-2"],
+        [b"start-2", b"end-2", b"start-1", b"end-1"],
+    )
+    # The session's shell goes first when memory runs out, as every command does.
+    assert shell(backend, state, session, "cat /proc/$$/oom_score_adj").stdout == b"1000\n"
+    backend.close_terminal(state, session)

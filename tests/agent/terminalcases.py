@@ -113,10 +113,10 @@ def state_and_reattach(
 def resize(backend: SandboxBackend, state: dict[str, Any]) -> None:
     terminal = open_terminal(backend, state, cols=100, rows=30)
     with backend.attach_terminal(state, terminal) as stream:
-        stream.write(b"stty size; echo sized-$((1+1))\n")
+        stream.write(b"stty size; cat /proc/$$/oom_score_adj; echo sized-$((1+1))\n")
         seen = bytearray()
         read_until(stream, b"sized-2", seen)
-        assert b"30 100" in seen
+        assert b"30 100\r\n1000\r\n" in seen  # and its shell goes first if memory runs out
         stream.resize(132, 43)
         stream.write(b"stty size; echo resized-$((2+2))\n")
         read_until(stream, b"resized-4", seen)
@@ -197,6 +197,10 @@ def bad_ids_refused(backend: SandboxBackend, state: dict[str, Any]) -> None:
             backend.run_in_shell(
                 state, bad, "true", env={}, timeout=5, output_cap=100, idle_timeout=10
             )
+    with pytest.raises(BackendError, match="variable"):
+        backend.run_in_shell(
+            state, "s-env", "true", env={"A B": "x"}, timeout=5, output_cap=100, idle_timeout=10
+        )
     terminal = open_terminal(backend, state)
     with pytest.raises(BackendError, match="open already"):
         backend.open_terminal(state, terminal, cols=80, rows=24, env={}, idle_timeout=10)

@@ -113,6 +113,12 @@ def test_shell_stuck_in_a_builtin_loop_is_replaced_and_says_so(
     shellcases.stuck_shell_is_replaced(backend, sandbox)
 
 
+def test_concurrent_calls_to_one_session_take_turns(
+    backend: DockerBackend, sandbox: dict[str, Any]
+) -> None:
+    shellcases.concurrent_runs_take_turns(backend, sandbox)
+
+
 def test_shell_sessions_are_independent(backend: DockerBackend, sandbox: dict[str, Any]) -> None:
     shellcases.sessions_are_independent(backend, sandbox)
 

@@ -140,6 +140,14 @@ class SshBackend(AgentFirstBackend):
     def status(self, state: dict[str, Any]) -> str:
         return provision.status(self.connection(), state, base_dir=self.base_dir)
 
+    def terminal_dir(self, state: dict[str, Any]) -> str:
+        # An isolated sandbox's /tmp is its own; the others share the host's, where another
+        # user could take the name first: their holders listen in the sandbox's own 0700
+        # platform directory instead (outside the workspace too).
+        if state.get("isolated"):
+            return super().terminal_dir(state)
+        return f"{state['meta']}/t"
+
     # Isolated sandboxes only (suspend.py): their cgroup is frozen, their processes ended
     # and their namespaces made again; others answer Unsupported, saying why.
     def pause(self, state: dict[str, Any]) -> None:
