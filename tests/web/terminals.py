@@ -4,6 +4,10 @@ text came. Not a test module."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import struct
+import threading
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -67,3 +71,55 @@ def read_until(socket: ClientConnection, wanted: bytes, timeout: float = 20) -> 
             continue
         seen += frame if isinstance(frame, bytes) else frame.encode()
     return seen
+
+
+class CuttableProxy:
+    """A TCP forwarder on a loopback port to the live server, whose connections the test can
+    cut at once (as a dropped network does: the browser sees its websocket die, 1006), while
+    new ones still go through. Cookies ignore ports, so a session of the server's is sent."""
+
+    def __init__(self, server: str) -> None:
+        parts = urlsplit(server)
+        self.target = (parts.hostname or "127.0.0.1", parts.port or 80)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.live: list[socket.socket] = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            with self.lock:
+                self.live += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                sink.shutdown(socket.SHUT_WR)
+
+    def cut(self) -> None:
+        """End every connection open now, with no websocket close frame."""
+        with self.lock:
+            live, self.live = self.live, []
+        for sock in live:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the pump blocked in recv on it
+            sock.close()
+
+    def close(self) -> None:
+        self.listener.close()
+        self.cut()

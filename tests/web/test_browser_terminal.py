@@ -27,6 +27,7 @@ from tests.web.browser_terminal import (
     wait_for_screen,
 )
 from tests.web.helpers import off_loop
+from tests.web.terminals import CuttableProxy
 
 pytestmark = pytest.mark.browser
 
@@ -88,3 +89,24 @@ def test_a_viewer_has_no_button_and_no_terminal_page(asgi_server, world, chromiu
     )
     assert answer.status in (403, 400)
     page.context.close()
+
+
+def test_a_dropped_network_reconnects_to_the_same_terminal(asgi_server, world, chromium):
+    page = sign_in(chromium, asgi_server, "alice")
+    url = open_terminal_from_sandbox_page(page, asgi_server, world["sandbox"])
+    proxy = CuttableProxy(asgi_server)
+    try:
+        page.goto(url.replace(asgi_server, proxy.url))  # the same terminal, through the proxy
+        wait_connected(page)
+        type_line(page, "before-the-drop")
+        wait_for_screen(page, "text.includes('before-the-drop')")
+        proxy.cut()
+        page.wait_for_selector("#terminal-status[data-state=reconnecting]")
+        wait_connected(page)
+        wait_for_screen(page, "text.includes('before-the-drop')")  # replayed
+        type_line(page, "after-the-drop")
+        wait_for_screen(page, "text.includes('after-the-drop')")
+        assert screen_text(page).count("before-the-drop") == 1
+    finally:
+        page.context.close()
+        proxy.close()
