@@ -26,6 +26,7 @@ class FakeTerminal:
         self.typed = bytearray()
         self.ended = False
         self.attached = 0
+        self.streams: list[FakeTerminalStream] = []  # every client that attached
         self.started = time.time()
         self.changed = threading.Condition()
 
@@ -44,6 +45,7 @@ class FakeTerminalStream(TerminalStream):
     def __init__(self, terminal: FakeTerminal) -> None:
         self.terminal, self.offset, self.closed = terminal, 0, False
         terminal.attached += 1
+        terminal.streams.append(self)
 
     def read(self, max_bytes: int = 65536, timeout: float | None = None) -> bytes:
         term = self.terminal

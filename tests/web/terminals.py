@@ -40,16 +40,24 @@ def open_terminal_socket(
     cookie: str | None,
     origin: str | None = "own",
     headers: dict[str, str] | None = None,
+    receive_buffer: int | None = None,
 ) -> ClientConnection:
-    """A websocket as a page of `origin` opens it ("own": the platform's; None: no Origin)."""
+    """A websocket as a page of `origin` opens it ("own": the platform's; None: no Origin).
+    `receive_buffer`: the client socket's SO_RCVBUF (a slow reader's small window)."""
     parts = urlsplit(server)
     extra = dict(headers or {})
     if cookie:
         extra["Cookie"] = cookie
     if origin == "own":
         origin = f"{parts.scheme}://{parts.netloc}"
+    sock = None
+    if receive_buffer is not None:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+        sock.connect((parts.hostname or "127.0.0.1", parts.port or 80))
     return connect(
         terminal_url(server, sandbox_id, terminal_id),
+        sock=sock,
         origin=origin,  # type: ignore[arg-type]
         additional_headers=extra,
         open_timeout=30,

@@ -6,6 +6,8 @@ member and a made-up id are refused; an ended terminal and lost access close it.
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -158,3 +160,36 @@ def test_a_member_removed_from_the_team_is_cut_off(asgi_server, world, sandbox, 
     finally:
         Membership.objects.create(user=world.dave, team=world.team_a, role="member")
         services.close_terminal(world.principal(), sandbox, opened.id)
+
+
+def test_a_browser_that_reads_slowly_holds_the_output_back(asgi_server, world, sandbox, terminal):
+    """Nothing between the terminal and a slow browser grows with the output: once the
+    socket's buffers are full the platform stops reading from the terminal (the holder in
+    the sandbox keeps the rest, bounded, as the backend promises). The client's receive
+    window is small, so the kernel's buffers (up to 32 MB on loopback) do not hide it."""
+    flood = 32 * 2**20
+    box = next(b for b in FakeBackend.sandboxes.values() if terminal in b.get("terminals", {}))
+    fake = box["terminals"][terminal]
+    fake.print(os.urandom(flood))  # what compresses (permessage-deflate) would fly through
+    cookie = session_cookie(world.alice)
+    with open_terminal_socket(
+        asgi_server, sandbox, terminal, cookie, receive_buffer=65536
+    ) as socket:
+        socket.recv(timeout=20)  # attached; from now on this client reads nothing
+        read = held_back(fake)
+        assert read < flood // 4, f"{read} of {flood} bytes taken from the terminal"
+
+
+def held_back(fake) -> int:
+    """How far the platform's reader got once it stopped moving (it must stop)."""
+    deadline = time.monotonic() + 30
+    last, still_since = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        # A poll: that the reader stopped is no event; it must stay still for a second.
+        time.sleep(0.1)
+        offset = fake.streams[-1].offset
+        if offset != last:
+            last, still_since = offset, time.monotonic()
+        elif time.monotonic() - still_since > 1.0:
+            return offset
+    raise AssertionError(f"the reader never stopped: {last} bytes")
