@@ -184,7 +184,7 @@ class AgentInteractive:
         """The session's holder runs (started in /workspace if it did not)."""
         cwd = self.agents.place.host_path(state, WORKSPACE)
         env = self.agents.place.environment(state, {})
-        self._through_agent(
+        running = self._through_agent(
             state,
             lambda client: terminals.open_(
                 client,
@@ -197,6 +197,8 @@ class AgentInteractive:
                 exist_ok=True,
             ),
         )
+        if running.get("kind", "shell") != "shell":
+            raise BackendError(f"{session} is a terminal's id, not a shell session's")
 
 
 def _hide_missing(on_output: OutputCallback) -> OutputCallback:

@@ -204,4 +204,28 @@ def bad_ids_refused(backend: SandboxBackend, state: dict[str, Any]) -> None:
     terminal = open_terminal(backend, state)
     with pytest.raises(BackendError, match="open already"):
         backend.open_terminal(state, terminal, cols=80, rows=24, env={}, idle_timeout=10)
+    with pytest.raises(BackendError, match="not a shell session"):
+        backend.run_in_shell(
+            state, terminal, "true", env={}, timeout=5, output_cap=100, idle_timeout=10
+        )
+    backend.close_terminal(state, terminal)
+
+
+def much_output_and_ctrl_c(backend: SandboxBackend, state: dict[str, Any]) -> None:
+    """Output far over every window and buffer arrives whole and in order; Ctrl-C reaches
+    the foreground program through the PTY."""
+    terminal = open_terminal(backend, state)
+    with backend.attach_terminal(state, terminal) as stream:
+        stream.write(b"seq 1 300000; echo seq-$((10*10))\n")
+        seen = bytearray()
+        read_until(stream, b"seq-100", seen)
+        # Every line, in order (the first may share its line with the prompt's escapes).
+        numbers = [int(line) for line in bytes(seen).split(b"\r\n") if line.isdigit()]
+        assert len(numbers) >= 299999 and numbers == list(range(300001 - len(numbers), 300001))
+        stream.write(b"sleep 4242\n")
+        wait_for(lambda: "sleep 4242" in processes(backend, state), "the sleep runs")
+        stream.write(b"\x03")
+        stream.write(b"echo after-$((11*11))\n")
+        read_until(stream, b"after-121")
+        assert "sleep 4242" not in processes(backend, state)
     backend.close_terminal(state, terminal)

@@ -61,6 +61,7 @@ def test_the_directory_is_made_private_and_must_be_the_users_own(
         assert open_shell(agent, directory, "s-1", exist_ok=True) == {
             "pid": opened["pid"],
             "existed": True,
+            "kind": "shell",
         }
         [info] = terminals.listing(agent, directory)
         assert (info.terminal_id, info.kind, info.pid) == ("s-1", "shell", opened["pid"])

@@ -46,6 +46,12 @@ def test_terminal_resize(backend: DockerBackend, sandbox: dict[str, Any]) -> Non
     terminalcases.resize(backend, sandbox)
 
 
+def test_much_output_arrives_whole_and_ctrl_c_interrupts(
+    backend: DockerBackend, sandbox: dict[str, Any]
+) -> None:
+    terminalcases.much_output_and_ctrl_c(backend, sandbox)
+
+
 def test_two_attachers_see_the_same_output(backend: DockerBackend, sandbox: dict[str, Any]) -> None:
     terminalcases.two_attachers(backend, sandbox)
 

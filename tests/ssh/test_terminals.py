@@ -5,13 +5,14 @@ tenant's sandbox on the same host cannot reach them, however it tries."""
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
+import stat
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from hosts.backends.base import SandboxSpec, TerminalGone
+from hosts.backends.base import SandboxSpec, TerminalGone, Unsupported
 from hosts.backends.ssh.backend import SshBackend
 from tests.agent import shellcases, terminalcases
 from tests.ssh.helpers import make_backend
@@ -80,6 +81,7 @@ def test_terminal_state_and_reattach_through_a_new_agent(
 def test_terminal_resize_and_two_attachers(backend: SshBackend, isolated: dict[str, Any]) -> None:
     terminalcases.resize(backend, isolated)
     terminalcases.two_attachers(backend, isolated)
+    terminalcases.much_output_and_ctrl_c(backend, isolated)
 
 
 def test_close_kills_everything_and_exit_ends_it(
@@ -187,3 +189,33 @@ with open("/proc/net/unix") as handle:
     listed = handle.read()
 print("victim socket listed:", "yes" if os.path.basename("SOCKET") in listed else "no")
 """
+
+
+def test_a_host_without_python3_has_no_terminals_and_says_why(plain_backend: SshBackend) -> None:
+    state = plain_backend.provision(spec())
+    try:
+        with pytest.raises(Unsupported, match="python3"):
+            plain_backend.open_terminal(state, "t-1", cols=80, rows=24, env={}, idle_timeout=9)
+        with pytest.raises(Unsupported, match="python3"):
+            shellcases.shell(plain_backend, state, "s-1", "true")
+    finally:
+        plain_backend.destroy(state)
+
+
+@pytest.mark.parametrize("own_user", [True, False])
+def test_a_sandbox_without_namespaces_keeps_its_holders_in_its_own_directory(
+    backend: SshBackend, make_sandbox: Callable[..., dict[str, Any]], own_user: bool
+) -> None:
+    """Such a sandbox shares the host's /tmp: its holders listen in its 0700 platform
+    directory, outside its workspace."""
+    state = make_sandbox(own_user=own_user)
+    assert not state["isolated"]
+    terminalcases.state_and_reattach(backend, state, lambda: backend.drop_agent(state))
+    shellcases.state_persists(backend, state)
+    session = shellcases.shell(backend, state, "s-where", "true")
+    assert session.exit_code == 0
+    where = Path(state["meta"], "t")
+    assert stat.S_IMODE(where.stat().st_mode) == 0o700
+    assert (where / "s-where.sock").exists()
+    assert not list(Path(state["workspace"]).glob("**/*.sock"))
+    backend.close_terminal(state, "s-where")

@@ -84,7 +84,8 @@ Operations (REQUEST payloads) and their answers:
       DIR/ID.sock; answers once it accepts. DIR (absolute, outside the workspace) is made
       0700 and must be the agent's uid's own directory; ID is [a-z0-9][a-z0-9-]{0,47}.
       `idle` seconds with no client attached and no input end it (0: never). One of that id
-      running already: ERROR ERR_EXISTS, or (exist_ok) its RESULT with "existed" true.
+      running already: ERROR ERR_EXISTS, or (exist_ok) its RESULT with "existed" true
+      and its "kind".
 - terminal_attach {"dir", "id"}: a connection to the holder, carried as a port stream is:
       DATA CH_PORT_OPEN {"address": id} once connected, then DATA CH_PORT both ways within
       the CREDIT and ACK windows. From the holder: the scrollback, then the terminal's output,

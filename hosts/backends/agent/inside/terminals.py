@@ -147,7 +147,7 @@ def op_terminal_open(request: Request, reaper: Reaper, base_env: dict[str, str])
     running = holder_info(path)
     if running is not None:
         if args.get("exist_ok"):
-            return {"pid": running.get("pid"), "existed": True}
+            return {"pid": running.get("pid"), "existed": True, "kind": running.get("kind")}
         raise Refusal(ERR_EXISTS, f"a terminal {tid} runs already")
     env = dict(base_env)
     env.update({str(k): str(v) for k, v in (args.get("env") or {}).items()})
