@@ -27,6 +27,7 @@ from mcp_bridge import (
     tools_metrics,
     tools_previews,
     tools_sandboxes,
+    tools_sessions,
     tools_snapshots,
 )
 from mcp_bridge.argcheck import ArgumentCheck
@@ -96,6 +97,7 @@ def build_server(auth: AuthProvider | None = None) -> FastMCP:
     tools_lifecycle.register(mcp)
     tools_snapshots.register(mcp)
     tools_metrics.register(mcp)
+    tools_sessions.register(mcp)
     resources.register(mcp)
     prompts.register(mcp)
     _serve_input_schemas(mcp)

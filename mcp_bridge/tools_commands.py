@@ -24,6 +24,7 @@ from mcp_bridge.runtime import call_streaming
 from mcp_bridge.schemas import Command as CommandOut
 from mcp_bridge.schemas import RunOnce, TestReport
 from mcp_bridge.tools_files import to_uploads
+from mcp_bridge.tools_sessions import Session, Stdin
 from sandboxes import services
 from sandboxes.contract.results import CommandResult
 from sandboxes.policy.validation import WORKSPACE
@@ -53,11 +54,14 @@ def register(mcp: FastMCP) -> None:
         env: Env = None,
         timeout: Timeout = None,
         max_output_bytes: MaxOutput = DEFAULT_OUTPUT_BYTES,
+        session: Session = None,
+        stdin: Stdin = None,
     ) -> CommandOut:
         """Run a shell command (bash -c) in a sandbox and wait for it. Output is streamed as
         progress and log notifications while it runs; the result has the exit code, stdout
         and stderr (long output keeps head and tail). A non-zero exit is a normal result;
-        a timeout kills the command and is an error that includes the output so far."""
+        a timeout kills the command and is an error that includes the output so far. With
+        `session`, it runs in a long-lived shell that keeps cd and export between calls."""
 
         def body(on_output) -> CommandOut:
             caller = identity.caller()
@@ -70,6 +74,8 @@ def register(mcp: FastMCP) -> None:
                 timeout=timeout,
                 output_cap=max_output_bytes,
                 on_output=on_output,
+                session=session,
+                stdin=stdin,
             )
             return finished(result)
 

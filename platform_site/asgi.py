@@ -27,6 +27,7 @@ from platform_site.gcpolicy import settle_long_lived_process  # noqa: E402
 from sandboxes.housekeeping import poolagents  # noqa: E402
 from sandboxes.proxy.app import serve_preview  # noqa: E402
 from sandboxes.proxy.routing import wants_preview  # noqa: E402
+from sandboxes.terminal_ws.app import serve_terminal, wants_terminal  # noqa: E402
 
 MCP_PATH = "/mcp/"
 mcp_app = with_clear_refusals(http_app(MCP_PATH))  # 413 and 401 as JSON-RPC errors
@@ -48,7 +49,10 @@ async def application(scope, receive, send) -> None:
         # A preview host name (every path on it is the app's) or /preview/SANDBOX/PORT/.
         await serve_preview(scope, receive, send)
         return
-    if scope["type"] == "websocket":  # the previews are the only websockets served
+    if wants_terminal(scope):  # /ws/sandboxes/SANDBOX/terminals/TERMINAL/ (terminal_ws/)
+        await serve_terminal(scope, receive, send)
+        return
+    if scope["type"] == "websocket":  # previews and terminals are the only websockets served
         await send({"type": "websocket.close", "code": 1008})
         return
     path = scope.get("path", "")

@@ -214,6 +214,8 @@ SANDHUB_MAX_TRANSFER_BYTES = env_int("SANDHUB_MAX_TRANSFER_BYTES", 100 * 1024 * 
 # The pages warn about a sandbox that expires within this many minutes (0: never).
 SANDHUB_EXPIRY_WARNING_MINUTES = env_int("SANDHUB_EXPIRY_WARNING_MINUTES", 15, minimum=0)
 # How long a file link (a signed URL that downloads one file without a session) stays valid.
+# Terminals open at once in one sandbox (sandboxes/services/terminals.py).
+SANDHUB_MAX_TERMINALS_PER_SANDBOX = env_int("SANDHUB_MAX_TERMINALS_PER_SANDBOX", 5, minimum=1)
 SANDHUB_FILE_LINK_SECONDS = env_int("SANDHUB_FILE_LINK_SECONDS", 3600, minimum=60)
 # Previews (sandboxes/proxy/): with a domain, a sandbox's port is served at
 # PORT-SANDBOX.<domain> (wildcard DNS to this server; `localhost` works in Chromium without

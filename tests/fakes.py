@@ -32,6 +32,7 @@ from hosts.backends.base import (
 )
 from tests.fake_file_ops import FakeFileOps
 from tests.fake_snapshots import FakeSnapshots
+from tests.fake_terminals import FakeTerminals
 from tests.fake_usage import FakeUsage
 
 
@@ -70,7 +71,7 @@ class SocketPortStream(PortStream):
             self.sock.close()
 
 
-class FakeBackend(FakeUsage, FakeFileOps, FakeSnapshots, SandboxBackend):
+class FakeBackend(FakeTerminals, FakeUsage, FakeFileOps, FakeSnapshots, SandboxBackend):
     """Sandboxes are dicts of files; `echo`, `cat`, `exit N` and `sleep` are understood."""
 
     kind = "fake"
@@ -152,6 +153,8 @@ class FakeBackend(FakeUsage, FakeFileOps, FakeSnapshots, SandboxBackend):
         box = self._running_box(state)
         started = time.monotonic()
         out, err, code, timed_out = self._interpret(box, argv, env, timeout)
+        if stdin is not None and argv == ["bash", "-c", "cat"]:  # `cat` gives back its stdin
+            out, err, code = stdin, b"", 0
         stdout, stderr = HeadTailBuffer(output_cap), HeadTailBuffer(output_cap)
         stdout.write(out)
         stderr.write(err)

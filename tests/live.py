@@ -74,6 +74,8 @@ EXPECTED_TOOLS = {
     "delete_snapshot",
     "fork_sandbox",
     "get_sandbox_metrics",
+    "list_sessions",
+    "close_session",
 }
 
 

@@ -2,7 +2,17 @@
 
 from django.urls import path
 
-from sandboxes.api import files, lifecycle, links, metrics, previews, snapshots, sync, views
+from sandboxes.api import (
+    files,
+    lifecycle,
+    links,
+    metrics,
+    previews,
+    snapshots,
+    sync,
+    terminals,
+    views,
+)
 
 app_name = "api"
 urlpatterns = [
@@ -71,6 +81,24 @@ urlpatterns = [
         "sandboxes/<str:sandbox_id>/links/<str:link_id>/",
         links.LinkDetailView.as_view(),
         name="link",
+    ),
+    path(  # terminals and shell sessions (api/terminals.py)
+        "sandboxes/<str:sandbox_id>/terminals/",
+        terminals.TerminalListView.as_view(),
+        name="terminals",
+    ),
+    path(
+        "sandboxes/<str:sandbox_id>/terminals/<str:terminal_id>/",
+        terminals.TerminalDetailView.as_view(),
+        name="terminal",
+    ),
+    path(
+        "sandboxes/<str:sandbox_id>/sessions/", terminals.SessionListView.as_view(), name="sessions"
+    ),
+    path(
+        "sandboxes/<str:sandbox_id>/sessions/<str:name>/",
+        terminals.SessionDetailView.as_view(),
+        name="session",
     ),
     path("commands/<int:command_id>/", views.CommandDetailView.as_view(), name="command"),
     path("run-once/", views.RunOnceView.as_view(), name="run-once"),

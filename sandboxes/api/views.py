@@ -18,7 +18,6 @@ from sandboxes.api.serializers import (
     BackgroundCheckSerializer,
     CommandSerializer,
     HostSerializer,
-    RunCommandSerializer,
     RunOnceResultSerializer,
     RunOnceSerializer,
     RunTestsSerializer,
@@ -27,6 +26,7 @@ from sandboxes.api.serializers import (
     StartBackgroundSerializer,
     TestReportSerializer,
 )
+from sandboxes.api.terminals import RunCommandInSessionSerializer
 from sandboxes.contract.errors import InvalidInput
 from sandboxes.contract.results import UploadFile
 from sandboxes.services import workflows
@@ -103,11 +103,11 @@ class CommandListView(ServiceView):
         description="A non-zero exit is a normal result (status failed); a timeout kills the "
         "command in the sandbox (status timed_out).",
         parameters=[TEAM_PARAM],
-        request=RunCommandSerializer,
+        request=RunCommandInSessionSerializer,
         responses={201: CommandSerializer, **errors(400, 403, 404, 409, 502)},
     )
     def post(self, request: Request, sandbox_id: str) -> Response:
-        data = valid(RunCommandSerializer, request)
+        data = valid(RunCommandInSessionSerializer, request)
         result = services.run_command(
             principal(request),
             sandbox_id,
@@ -116,6 +116,8 @@ class CommandListView(ServiceView):
             env=data.get("env"),
             timeout=data.get("timeout"),
             output_cap=data.get("output_cap"),
+            session=data["session"],
+            stdin=data["stdin"],
         )
         return Response(CommandSerializer(result).data, status=status.HTTP_201_CREATED)
 

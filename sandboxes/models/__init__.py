@@ -34,6 +34,7 @@ from sandboxes.models.snapshots import (
     SnapshotQuerySet,
     SnapshotStatus,
 )
+from sandboxes.models.terminals import Terminal, TerminalKind, TerminalQuerySet
 from sandboxes.models.usage import HostUsageSample, UsageSample
 
 __all__ = [
@@ -64,6 +65,9 @@ __all__ = [
     "SnapshotQuerySet",
     "SnapshotStatus",
     "UsageSample",
+    "Terminal",
+    "TerminalKind",
+    "TerminalQuerySet",
     "WarmContainer",
     "WarmContainerStatus",
     "new_link_id",

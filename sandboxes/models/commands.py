@@ -37,6 +37,7 @@ class CommandExecution(models.Model):
     kind = models.CharField(max_length=20, default="command")  # command, python, pip, tests
     command = models.TextField()
     cwd = models.CharField(max_length=1000, default="/workspace")
+    session = models.CharField(max_length=64, blank=True)  # run in this shell session
     timeout_seconds = models.FloatField(default=60)
     status = models.CharField(
         max_length=10, choices=CommandStatus.choices, default=CommandStatus.QUEUED, db_index=True

@@ -106,6 +106,7 @@ from sandboxes.services.sandboxes import (
     rename_sandbox,
 )
 from sandboxes.services.selection import get_active_sandbox, select_sandbox
+from sandboxes.services.shells import MAX_STDIN_BYTES, close_session, list_sessions  # noqa: I001
 from sandboxes.services.snapshots import (
     delete_snapshot,
     fork_sandbox,
@@ -122,6 +123,16 @@ from sandboxes.services.sync import (
     tree_manifest,
 )
 from sandboxes.services.synctar import TooLarge
+from sandboxes.services.terminals import (  # noqa: I001 - terminals and shell sessions
+    TerminalStream,
+    attach_terminal,
+    close_terminal,
+    get_terminal,
+    list_terminals,
+    open_terminal,
+    terminal_gone,
+    terminal_seen,
+)
 from sandboxes.services.usage import get_host_metrics, get_sandbox_metrics, sample_all_usage
 from sandboxes.services.workflows import run_once, run_tests
 
@@ -225,4 +236,15 @@ __all__ = [
     "get_host_metrics",
     "get_sandbox_metrics",
     "sample_all_usage",
+    "MAX_STDIN_BYTES",
+    "TerminalStream",
+    "attach_terminal",
+    "close_session",
+    "close_terminal",
+    "get_terminal",
+    "list_sessions",
+    "list_terminals",
+    "open_terminal",
+    "terminal_gone",
+    "terminal_seen",
 ]

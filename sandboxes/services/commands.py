@@ -16,7 +16,7 @@ from sandboxes.housekeeping import transitions
 from sandboxes.models import CommandExecution, CommandStatus, Sandbox
 from sandboxes.policy import access, validation
 from sandboxes.policy.access import READ, WRITE
-from sandboxes.services import pip
+from sandboxes.services import pip, shells
 from sandboxes.services.common import backend_of, decode_output, mark_lost, running_sandbox, touch
 from tenants.auditing import AUDIT_VIEW, audited, change_with, current
 from tenants.principal import Principal
@@ -34,11 +34,18 @@ def run_command(
     output_cap: int | None = None,
     on_output: OutputCallback | None = None,
     once: bool = False,
+    session: str | None = None,
+    stdin: str | None = None,
 ) -> CommandResult:
     """Run a shell command (bash -c) and wait for it; a timeout kills it in the sandbox.
 
-    once: the sandbox goes right after this command (run_once; see SandboxBackend.exec)."""
+    once: the sandbox goes right after this command (run_once; see SandboxBackend.exec).
+    session: run it in the long-lived shell of that name (shells.py; cwd is the session's
+    own then). stdin: text given to its standard input (at most shells.MAX_STDIN_BYTES)."""
     command = validation.command(command)
+    if session is not None:
+        session = shells.session_name(session)
+        current().details["session"] = session
     return _execute(
         principal,
         sandbox_id,
@@ -51,6 +58,8 @@ def run_command(
         output_cap=output_cap,
         on_output=on_output,
         once=once,
+        session=session,
+        stdin=shells.stdin_bytes(stdin),
     )
 
 
@@ -130,6 +139,8 @@ def _execute(
     on_output: OutputCallback | None = None,
     once: bool = False,
     explain: Callable[[ExecResult], ExecResult] | None = None,
+    session: str | None = None,
+    stdin: bytes | None = None,
 ) -> CommandResult:
     """explain: adds what the result alone does not say (pip's network errors)."""
     current().target("sandbox", sandbox_id)
@@ -146,6 +157,7 @@ def _execute(
         kind=kind,
         command=display,
         cwd=cwd,
+        session=session or "",
         timeout_seconds=seconds,
         status=CommandStatus.RUNNING,
         started_at=timezone.now(),
@@ -154,16 +166,30 @@ def _execute(
     refuse_if_paused_meanwhile(execution, sandbox)
     started = time.monotonic()
     try:
-        result = backend_of(sandbox).exec(
-            sandbox.backend_state,
-            argv,
-            cwd=cwd,
-            env={**sandbox.env, **exec_env},
-            timeout=seconds,
-            output_cap=cap,
-            on_output=on_output,
-            once=once,
-        )
+        if session is not None:
+            result = shells.run_in_session(
+                principal,
+                sandbox,
+                session,
+                display,
+                env={**sandbox.env, **exec_env},
+                timeout=seconds,
+                output_cap=cap,
+                on_output=on_output,
+                stdin=stdin,
+            )
+        else:
+            result = backend_of(sandbox).exec(
+                sandbox.backend_state,
+                argv,
+                cwd=cwd,
+                env={**sandbox.env, **exec_env},
+                timeout=seconds,
+                output_cap=cap,
+                on_output=on_output,
+                stdin=stdin,
+                once=once,
+            )
     except BackendError as exc:
         fail_execution(execution, sandbox, exc, time.monotonic() - started)
         raise BackendFailure(f"command could not run in sandbox {sandbox_id}: {exc}") from exc

@@ -10,6 +10,7 @@ from sandboxes.housekeeping import pool, probes, reconcile, sweep
 from sandboxes.models import Preview
 from sandboxes.policy import access, placement
 from sandboxes.policy.access import READ
+from sandboxes.services import terminals
 from tenants.auditing import AUDIT_VIEW, audited, change, current
 from tenants.models import Team
 from tenants.principal import Principal
@@ -101,6 +102,7 @@ def sweep_expired_and_idle(principal: Principal) -> sweep.SweepReport:
     # The previews of what it deleted, and of sandboxes that stopped any other way (deleted
     # without waiting, lost): closed on record too.
     Preview.objects.stop_where_sandbox_stopped()
+    terminals.close_stale_terminals()  # of stopped sandboxes, and holders that ended
     return report
 
 

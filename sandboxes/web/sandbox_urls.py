@@ -18,6 +18,7 @@ from sandboxes.web import (
     sandbox,
     sandbox_run,
     snapshots,
+    terminals,
     usage,
 )
 
@@ -54,6 +55,10 @@ urlpatterns = [
     path(S + "previews/<int:port>/open/", previews.open_preview, name="sandbox-preview-open"),
     path(S + "previews/<int:port>/stop/", previews.stop, name="sandbox-preview-stop"),
     path(S + "links/<str:link_id>/revoke/", links.revoke, name="sandbox-link-revoke"),
+    path(S + "terminals/", terminals.section, name="sandbox-terminals"),
+    path(S + "terminals/new/", terminals.open_new, name="sandbox-terminal-new"),
+    path(S + "terminals/<str:terminal_id>/", terminals.page, name="terminal"),
+    path(S + "terminals/<str:terminal_id>/close/", terminals.close, name="terminal-close"),
     # A file link: downloads one file without a session (the token is the credential).
     path("links/<str:token>/", links.open_link, name="file-link"),
 ]

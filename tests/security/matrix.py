@@ -28,7 +28,7 @@ from fastmcp import Client
 from fastmcp.client.transports import StreamableHttpTransport
 
 from sandboxes import services
-from sandboxes.models import AccessLink, CommandExecution, Sandbox, Snapshot
+from sandboxes.models import AccessLink, CommandExecution, Sandbox, Snapshot, Terminal
 from tenants import apikeys
 from tenants.models import ApiKey, McpSession, Membership, Role, Team
 from tenants.principal import Principal
@@ -47,12 +47,14 @@ ACTORS = {
 B_SB, B_CMD, B_JOB, A_SB, A_JOB = "<B_SB>", "<B_CMD>", "<B_JOB>", "<A_SB>", "<A_JOB>"
 B_LINK = "<B_LINK>"  # a file link of team B's sandbox (its id: lnk_...)
 B_SNAP = "<B_SNAP>"  # a snapshot of team B's sandbox (its id: snap_...)
+B_TERM = "<B_TERM>"  # a terminal of team B's sandbox (its id: tm-...)
 GHOST = {
     B_SB: "sb_0000ghost000",
     B_CMD: 2**62 + 1,
     B_JOB: 2**62 + 2,
     B_LINK: "lnk_0000ghost000",
     B_SNAP: "snap_0000ghost000",
+    B_TERM: "tm-0000ghost000000000000000000000",
 }
 ENGINES = ("team B", "team A")
 BACKENDS = {"fake": "tests.fakes.FakeBackend", "docker": "hosts.backends.docker.DockerBackend"}
@@ -67,6 +69,7 @@ TABLES: tuple[type[Any], ...] = (
     AccessLink,
     McpSession,
     Snapshot,
+    Terminal,
 )
 # The MCP session every matrix client presents, so the selection is on the record too.
 SESSION = "security-matrix-session"
@@ -110,7 +113,7 @@ def engines_named(template: Any, *, own: bool = False) -> tuple[str, ...]:
     text = json.dumps(template)
     named = (
         {"team A" if own else "team B"}
-        if any(p in text for p in (B_SB, B_CMD, B_JOB, B_LINK, B_SNAP))
+        if any(p in text for p in (B_SB, B_CMD, B_JOB, B_LINK, B_SNAP, B_TERM))
         else set()
     )
     if A_SB in text or A_JOB in text:
@@ -220,6 +223,7 @@ class Scene:
             B_JOB: self.foreign["job"],
             B_LINK: self.foreign["link"],
             B_SNAP: self.foreign["snapshot"],
+            B_TERM: self.foreign["terminal"],
             A_SB: self.own["sandbox"],
             A_JOB: self.own["job"],
         }
@@ -230,6 +234,7 @@ class Scene:
                     B_JOB: self.own["job"],
                     B_LINK: self.own["link"],
                     B_SNAP: self.own["snapshot"],
+                    B_TERM: self.own["terminal"],
                 }
             )
         return {**ids, **GHOST} if ghost else ids
@@ -342,7 +347,10 @@ def populate(principal: Principal, secret: str) -> dict[str, Any]:
     container = Sandbox.objects.get(public_id=sandbox.id).backend_state["container_id"]
     name = f"{principal.team} snapshot {secrets.token_hex(3)}"  # a healed scene takes another
     snapshot = services.snapshot_sandbox(principal, sandbox.id, name)
+    terminal = services.open_terminal(principal, sandbox.id)
+    services.run_command(principal, sandbox.id, "true", session="main")  # a shell session
     return {
+        "terminal": terminal.id,
         "sandbox": sandbox.id,
         "command": command.id,
         "job": job.id,

@@ -28,7 +28,7 @@ from django.urls import URLPattern, get_resolver, reverse
 from fastmcp import Client
 
 from tests.live import run
-from tests.security import matrix, matrix_files, matrix_snapshots
+from tests.security import matrix, matrix_files, matrix_snapshots, matrix_terminals
 from tests.security.matrix import A_SB, ACTORS, B_CMD, B_JOB, B_LINK, B_SB, engines_named
 from tests.security.matrix_tools import (
     REFUSED_WRITERS,
@@ -132,6 +132,7 @@ REST_CASES: dict[tuple[str, str], RestCase] = {
 }
 REST_CASES.update(matrix_snapshots.rest_cases(RestCase))  # snapshots' routes
 REST_CASES.update(matrix_files.rest_cases(RestCase))  # delete, rename, new folder
+REST_CASES.update(matrix_terminals.rest_cases(RestCase))  # terminals' and sessions' routes
 ROUTES = rest_routes()
 FAKE, DOCKER = ["fake"], [pytest.param("docker", marks=pytest.mark.docker)]
 BACKENDS = FAKE + DOCKER
@@ -251,7 +252,10 @@ TOOL_CASES: dict[str, ToolCase] = {
     "get_sandbox": ToolCase(on_b()),
     "delete_sandbox": ToolCase(on_b(), write=True),
     "select_sandbox": ToolCase(on_b()),  # changes the session's selection, needs only read
-    "run_command": ToolCase(on_b(command=PWN), write=True),
+    # Also in team B's shell session, with stdin (matrix_terminals.py: the sessions' tools).
+    "run_command": ToolCase(
+        on_b(command=PWN) + on_b(command="cat > pwned", session="main", stdin="x"), write=True
+    ),
     "run_python": ToolCase(on_b(code="open('/workspace/pwned', 'w')"), write=True),
     "install_packages": ToolCase(on_b(packages=["six"]), write=True),
     "run_tests": ToolCase(on_b(), write=True),
@@ -278,6 +282,7 @@ TOOL_CASES: dict[str, ToolCase] = {
     **dict.fromkeys(("pause_sandbox", "resume_sandbox", "stop_sandbox"), ToolCase(on_b(), True)),
 }
 TOOL_CASES.update(matrix_snapshots.tool_cases(ToolCase, text_of))  # snapshots' tools
+TOOL_CASES.update(matrix_terminals.tool_cases(ToolCase))  # shell sessions' tools
 
 
 async def tool_case(client, orm, scene, actor: str, name: str, case: ToolCase) -> list[str]:

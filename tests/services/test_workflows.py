@@ -233,7 +233,7 @@ def test_rest_run_tests(sandbox, as_alice, client):
     }
     assert body["result"]["stdout"] == "ran\n" and body["result"]["channel"] == "api"
     refused = client.post(url, {"comand": "echo"}, "json")
-    assert refused.status_code == 400 and "comand" in refused.json()
+    assert refused.status_code == 400 and "comand" in refused.json()["fields"]
     missing = client.post("/api/v1/sandboxes/sb_doesnotexist/run-tests/", {}, "json")
     assert missing.status_code == 404 and missing.json()["code"] == "not_found"
 
