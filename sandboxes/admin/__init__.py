@@ -2,4 +2,4 @@
 history, the warm pool, previews and links (read-only). A module a topic; importing them
 registers them."""
 
-from sandboxes.admin import history, pool, previews, sandbox, snapshots, usage  # noqa: F401
+from sandboxes.admin import history, pool, previews, sandbox, snapshots, terminals, usage  # noqa: F401

@@ -102,6 +102,8 @@ def test_a_flat_mcp_test_report_reads_the_nested_command_result():
         "stderr",
         "duration_seconds",
         "command_id",
+        "outcome",
+        "hint",
     ]
     assert (flat["command_id"], flat["stdout"], flat["failures"][0]["name"]) == (7, "out", "t.x")
 
