@@ -22,14 +22,12 @@ opaque origin), so what its scripts send with cookies is refused.
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
+from sandboxes.http.origins import origin_key
 from sandboxes.proxy.credentials import header
 
 SAME = frozenset({"same-origin", "none"})
 SIBLING = frozenset({"same-site", "cross-site"})
 NAVIGATION_METHODS = frozenset({"GET", "HEAD"})
-DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def refusal(scope: dict) -> str | None:
@@ -47,7 +45,7 @@ def refusal(scope: dict) -> str | None:
     if origin is None:
         return None
     own = own_origin(scope)
-    if own is not None and _origin_key(origin) == own:
+    if own is not None and origin_key(origin) == own:
         return None
     return "refused: a request from another origin"
 
@@ -65,17 +63,4 @@ def own_origin(scope: dict) -> tuple[str, str, int] | None:
     host = header(scope, b"host")
     if not host:
         return None
-    return _origin_key(f"{scheme}://{host}")
-
-
-def _origin_key(origin: str) -> tuple[str, str, int] | None:
-    """An origin as compared: scheme, host, port (the default one filled in); None for
-    `null` and anything that is no http(s) origin."""
-    try:
-        parts = urlsplit(origin.strip().lower())
-        port = parts.port
-    except ValueError:
-        return None
-    if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
-        return None
-    return parts.scheme, parts.hostname, port or DEFAULT_PORTS[parts.scheme]
+    return origin_key(f"{scheme}://{host}")

@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.contrib.auth import get_user
@@ -25,19 +24,12 @@ from django.contrib.sessions.backends.base import SessionBase
 from django.http.request import split_domain_port, validate_host
 from django.utils.module_loading import import_string
 
+from sandboxes.http.origins import header, origin_key
 from tenants.models import Channel, Membership
 from tenants.principal import Principal
 
-DEFAULT_PORTS = {"http": 80, "https": 443}
 # The web pages keep the chosen team under this session key (sandboxes/web/principal.py).
 TEAM_SESSION_KEY = "sandhub_team"
-
-
-def header(scope: dict, name: bytes) -> str | None:
-    for key, value in scope.get("headers", []):
-        if key == name:
-            return value.decode("latin-1")
-    return None
 
 
 def origin_refusal(scope: dict) -> str | None:
@@ -45,7 +37,7 @@ def origin_refusal(scope: dict) -> str | None:
     site = header(scope, b"sec-fetch-site")
     if site is not None and site.strip().lower() != "same-origin":
         return "a websocket from another site"
-    origin = _origin_key(header(scope, b"origin") or "")
+    origin = origin_key(header(scope, b"origin") or "")
     if origin is None:
         return "a websocket without an origin of the platform"
     if _under_preview_domain(origin[1]):
@@ -62,28 +54,17 @@ def own_origin(scope: dict) -> tuple[str, str, int] | None:
     if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
         return None
     scheme = "https" if scope.get("scheme") in ("https", "wss") else "http"
-    return _origin_key(f"{scheme}://{host}")
+    return origin_key(f"{scheme}://{host}")
 
 
 def _trusted_origins() -> set[tuple[str, str, int]]:
-    found = (_origin_key(o) for o in settings.CSRF_TRUSTED_ORIGINS if "*" not in o)
+    found = (origin_key(o) for o in settings.CSRF_TRUSTED_ORIGINS if "*" not in o)
     return {key for key in found if key is not None}
 
 
 def _under_preview_domain(host: str) -> bool:
     domain = settings.SANDHUB_PREVIEW_DOMAIN
     return bool(domain) and (host == domain or host.endswith("." + domain))
-
-
-def _origin_key(origin: str) -> tuple[str, str, int] | None:
-    try:
-        parts = urlsplit(origin.strip().lower())
-        port = parts.port
-    except ValueError:
-        return None
-    if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
-        return None
-    return parts.scheme, parts.hostname, port or DEFAULT_PORTS[parts.scheme]
 
 
 @dataclass(frozen=True)
