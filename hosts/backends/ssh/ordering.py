@@ -18,6 +18,19 @@ This touches paramiko internals (`clear_to_send*`, `_send_message`, `Channel.tra
 all present in paramiko 3 to 5; `paramiko>=5.1,<6` is pinned and
 tests/ssh/test_connection.py (test_sessions_ending_while_others_write) fails
 without it.
+
+A second race, in close: `Channel.close()` closes the OS pipe behind `fileno()` (what our
+readers poll) while the transport thread may still be feeding the channel, and a feed sets
+that pipe (`os.write` of one byte) unless it is already marked closed, which close() does
+only after both os.close calls. A feed in between wrote to a closed descriptor: EBADF in the
+transport thread, which ends the WHOLE connection ("Socket exception: Bad file descriptor");
+had the number been taken again meanwhile, the byte went into someone else's file or socket.
+An attached terminal streams without pause, so closing its agent channel met it often (one
+run of tests/ssh/test_terminals.py in five). So each channel's close first detaches both of
+its buffers from the pipe, under the buffers' own locks (the lock a feed holds while it sets
+the pipe): no feed touches the pipe after that, and close() then closes it safely.
+tests/ssh/test_connection.py (test_closing_a_streaming_channel_keeps_the_connection) fails
+without it.
 """
 
 from __future__ import annotations
@@ -30,11 +43,26 @@ from paramiko.common import MSG_CHANNEL_CLOSE
 
 
 def order_sends(channel: paramiko.Channel) -> paramiko.Channel:
-    """Install the guard on a freshly opened channel; returns the channel."""
+    """Install the guards on a freshly opened channel; returns the channel."""
     transport = channel.transport
     if not isinstance(transport, _OrderedTransport):
         channel.transport = _OrderedTransport(transport, channel)
+        close = channel.close
+
+        def detached_close() -> None:
+            detach_pipe(channel)
+            close()
+
+        channel.close = detached_close
     return channel
+
+
+def detach_pipe(channel: paramiko.Channel) -> None:
+    """No feed of the transport thread sets the channel's fileno() pipe from now on (the
+    module's docstring says why); a poller on it wakes when close() closes it (POLLHUP)."""
+    for buffer in (channel.in_buffer, channel.in_stderr_buffer):
+        with buffer._lock:
+            buffer._event = None
 
 
 class _OrderedTransport:
