@@ -18,8 +18,8 @@ from typing import Any
 import anyio
 import anyio.to_thread
 from django.conf import settings
-from django.db import close_old_connections
 
+from sandboxes.http.dbthreads import with_fresh_connection
 from sandboxes.proxy.failures import AppTimedOut, PortBroken
 
 CHUNK = 64 * 1024
@@ -45,19 +45,11 @@ async def in_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
     )
 
 
-def _with_fresh_connection(fn: Any, *args: Any) -> Any:
-    close_old_connections()
-    try:
-        return fn(*args)
-    finally:
-        close_old_connections()
-
-
 async def service_call(fn: Any, *args: Any) -> Any:
     """A service call in the proxy's pool, with Django's connection hygiene around it: these
     threads are not Django requests, so nothing else would close their connections (with
     PostgreSQL and DB_CONN_MAX_AGE 0, one would stay open per thread)."""
-    return await in_thread(_with_fresh_connection, fn, *args)
+    return await in_thread(with_fresh_connection, fn, *args)
 
 
 class AsyncPort:

@@ -29,6 +29,7 @@ from typing import Any
 
 from sandboxes import services
 from sandboxes.contract.errors import Conflict, NotFound, PermissionDenied, ServiceError
+from sandboxes.http.dbthreads import in_db_thread
 from sandboxes.terminal_ws.identity import Visitor, origin_refusal, still_signed_in, visitor
 
 PATH_PREFIX = "/ws/sandboxes/"
@@ -54,7 +55,7 @@ async def serve_terminal(scope: dict, receive: Any, send: Any) -> None:
     if match is None or origin_refusal(scope) is not None:
         await send({"type": "websocket.close", "code": 1008})  # before accept: HTTP 403
         return
-    found = await asyncio.to_thread(visitor, scope)
+    found = await in_db_thread(visitor, scope)
     stream, code, reason = await _attach(found, match["sandbox"], match["terminal"])
     await send({"type": "websocket.accept"})
     if stream is None:
@@ -69,7 +70,7 @@ async def _attach(found: Visitor, sandbox_id: str, terminal_id: str):
     if found.principal is None:
         return None, SIGN_IN, "sign in to use terminals"
     try:
-        stream = await asyncio.to_thread(
+        stream = await in_db_thread(
             services.attach_terminal, found.principal, sandbox_id, terminal_id
         )
     except NotFound as exc:
@@ -109,7 +110,7 @@ class Connection:
             for task in tasks:
                 task.cancel()
             self.stopped.set()
-            await asyncio.to_thread(self.stream.close)
+            await in_db_thread(self.stream.close)
         if close is not None:
             with contextlib.suppress(Exception):  # the browser may be gone already
                 await self.send({"type": "websocket.close", "code": close[0], "reason": close[1]})
@@ -174,7 +175,7 @@ class Connection:
         while True:
             await asyncio.sleep(CHECK_SECONDS)
             active, self.active = self.active, False
-            if not await asyncio.to_thread(self._still_allowed, active):
+            if not await in_db_thread(self._still_allowed, active):
                 return FORBIDDEN, "you may no longer use this terminal"
 
     def _still_allowed(self, active: bool) -> bool:
