@@ -29,8 +29,7 @@ An attached terminal streams without pause, so closing its agent channel met it 
 run of tests/ssh/test_terminals.py in five). So each channel's close first detaches both of
 its buffers from the pipe, under the buffers' own locks (the lock a feed holds while it sets
 the pipe): no feed touches the pipe after that, and close() then closes it safely.
-tests/ssh/test_channel_close.py fails
-without it.
+tests/ssh/test_channel_close.py fails without it.
 """
 
 from __future__ import annotations
