@@ -126,6 +126,18 @@ class Client:
         self.out = bytearray()
         self.full_since = 0.0
 
+    def receive(self) -> bytes | None:
+        """What came, added to the inbox too: None if nothing is there yet, b"" if the
+        client is gone."""
+        try:
+            data = self.sock.recv(READ)
+        except (BlockingIOError, InterruptedError):
+            return None
+        except OSError:
+            data = b""
+        self.inbox += data
+        return data
+
     def flush(self) -> bool:
         """Send what it can; False if the client is gone."""
         while self.out:

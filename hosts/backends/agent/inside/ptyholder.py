@@ -145,16 +145,12 @@ class Terminal(Holder):
             self.flush(client)
         if not events & (POLL_IN | POLL_GONE):
             return
-        try:
-            data = client.sock.recv(READ)
-        except (BlockingIOError, InterruptedError):
+        data = client.receive()
+        if data is None:
             return
-        except OSError:
-            data = b""
         if not data:
             self.drop(client)
             return
-        client.inbox += data
         while len(client.inbox) >= FRAME.size:
             kind, length = FRAME.unpack_from(client.inbox)
             if len(client.inbox) < FRAME.size + length:

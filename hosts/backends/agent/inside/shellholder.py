@@ -218,34 +218,20 @@ class Shell(Holder):
     def on_client(self, client: Client, events: int) -> None:
         run = self.run
         if run is None or run.client is not client:  # waiting its turn: its request is read
-            try:
-                data = client.sock.recv(READ)
-            except (BlockingIOError, InterruptedError):
+            data = client.receive()
+            if data is None:
                 return
-            except OSError:
-                data = b""
             if not data:
                 self.drop(client)
                 return
-            client.inbox += data
             self.next()
             return
         if events & POLL_OUT and not client.flush():
             self.abort()
             return
-        if events & (POLL_IN | POLL_GONE):
-            received: bytes | None = None
-            try:
-                received = client.sock.recv(READ)
-            except (BlockingIOError, InterruptedError):
-                pass
-            except OSError:
-                received = b""
-            if received == b"":
-                self.abort()  # the client is gone before its run ended
-                return
-            if received:
-                client.inbox += received
+        if events & (POLL_IN | POLL_GONE) and client.receive() == b"":
+            self.abort()  # the client is gone before its run ended
+            return
         self.client_input(run)
         self.arm()
 
