@@ -26,6 +26,7 @@ from hosts.backends.types import (  # noqa: F401 - the interface's values, named
     LABEL_INSTANCE,
     LABEL_POOL,
     LABEL_SNAPSHOT,
+    EgressSpec,
     ExecResult,
     FileEntry,
     HeadTailBuffer,

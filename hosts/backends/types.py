@@ -13,6 +13,18 @@ OutputCallback = Callable[[str, bytes], None]
 
 
 @dataclass(frozen=True)
+class EgressSpec:
+    """A sandbox whose network goes through the platform's egress proxy (allowlist or public:
+    the policy lives in the proxy; the backend routes the sandbox to it and nowhere else)."""
+
+    mode: str  # "allowlist" | "public"
+    proxy_port: int  # TCP port of the proxy on this machine (explicit and transparent)
+    dns_port: int  # UDP port of the proxy's DNS server on this machine
+    token: str  # the sandbox's proxy credential (Proxy-Authorization: user = sandbox id)
+    ca_pem: str  # the deployment's CA certificate (PEM), to be trusted inside the sandbox
+
+
+@dataclass(frozen=True)
 class SandboxSpec:
     sandbox_id: str
     image_reference: str
@@ -30,6 +42,8 @@ class SandboxSpec:
     # Start from a snapshot's files: its state as this backend's snapshot() or
     # import_snapshot() returned it (a snapshot of this host); None: empty.
     snapshot: dict[str, Any] | None = None
+    # Network through the egress proxy; None: the network is off (network False).
+    egress: EgressSpec | None = None
 
 
 @dataclass

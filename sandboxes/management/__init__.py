@@ -1,0 +1,1 @@
+"""Management commands of the sandboxes app (an interface: they call services only)."""
