@@ -70,7 +70,13 @@ def upstream_context(ca: CertificateAuthority, host: str) -> ssl.SSLContext:
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
+def report_seconds() -> float:
+    """The proxy's report period (a test parametrizes it to see periodic reports)."""
+    return 3600.0
+
+
+@pytest.fixture
+def world(tmp_path: Path, report_seconds: float) -> Iterator[World]:
     proxy_cert, proxy_key = generate_ca("Sandhub test deployment CA")
     upstream_cert, upstream_key = generate_ca("Upstream test CA")
     (tmp_path / "proxy-ca.pem").write_text(proxy_cert)
@@ -83,7 +89,7 @@ def world(tmp_path: Path) -> Iterator[World]:
         resolver=Resolver(overrides),
         ca=CertificateAuthority(proxy_cert, proxy_key),
         upstream_cafile=str(tmp_path / "upstream-ca.pem"),
-        report_seconds=3600,
+        report_seconds=report_seconds,
     )
     with (
         serving("allowed.test") as plain,
