@@ -52,9 +52,11 @@ def parse_rule(text: str) -> Rule:
     text = text.strip()
     if not text:
         raise ValueError("an allow-list rule cannot be empty")
-    pattern, ports = _split_ports(text)
-    pattern = normalize_host(pattern)
-    if pattern != "*" and not _NAME.match(pattern) and not is_ip_literal(pattern):
+    raw, ports = _split_ports(text)
+    pattern = normalize_host(raw)
+    # "*." must not become "*" (anything) by losing its dot.
+    wildcard_dot = pattern == "*" and raw.strip() != "*"
+    if wildcard_dot or (pattern != "*" and not _NAME.match(pattern) and not is_ip_literal(pattern)):
         raise ValueError(
             f"{text!r} is not a host name (like pypi.org), a wildcard (like *.example.com) "
             "or an IP address"
