@@ -157,11 +157,12 @@ def fixed_length(response: h11.Response, method: bytes) -> int | None:
     return int(lengths[0])
 
 
-def keeps_alive(response: h11.Response) -> bool:
-    """Whether the upstream keeps its connection open after this response."""
-    if response.http_version != b"1.1":
+def keeps_alive(message: h11.Request | h11.Response) -> bool:
+    """Whether the sender keeps its connection open after this message (HTTP/1.1 without
+    `Connection: close`, as h11 decides)."""
+    if message.http_version != b"1.1":
         return False
-    tokens = b",".join(value for name, value in response.headers if name == b"connection")
+    tokens = b",".join(value for name, value in message.headers if name == b"connection")
     return b"close" not in [token.strip().lower() for token in tokens.split(b",")]
 
 

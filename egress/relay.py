@@ -67,25 +67,34 @@ class SpliceUnsupported(Exception):
 async def splice_pump(source: socket.socket, destination: socket.socket) -> None:
     """The kernel moves the bytes (socket -> pipe -> socket): no copy through Python, which
     is what keeps a tunnel near the direct rate. Half-closes like copy_pump."""
+    await splice_bytes(source, destination, None)
+    with contextlib.suppress(OSError):
+        destination.shutdown(socket.SHUT_WR)
+
+
+async def splice_bytes(source: socket.socket, destination: socket.socket, limit: int | None) -> int:
+    """Move bytes until `source` ends or `limit` bytes moved; the count moved.
+    SpliceUnsupported when the kernel refuses these descriptors before the first byte."""
     loop = asyncio.get_running_loop()
     read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     with contextlib.suppress(OSError):
         fcntl.fcntl(write_end, F_SETPIPE_SZ, PIPE_SIZE)
-    moved_any = False
+    moved = 0
     try:
-        while True:
+        while limit is None or moved < limit:
+            want = PIPE_SIZE if limit is None else min(PIPE_SIZE, limit - moved)
             try:
-                count = os.splice(source.fileno(), write_end, PIPE_SIZE, flags=SPLICE_FLAGS)
+                count = os.splice(source.fileno(), write_end, want, flags=SPLICE_FLAGS)
             except BlockingIOError:
                 await ready(loop, source, writing=False)
                 continue
             except OSError as error:
-                if error.errno == errno.EINVAL and not moved_any:
+                if error.errno == errno.EINVAL and not moved:
                     raise SpliceUnsupported() from error
                 raise
             if not count:
                 break
-            moved_any = True
+            moved += count
             while count:
                 try:
                     count -= os.splice(read_end, destination.fileno(), count, flags=SPLICE_FLAGS)
@@ -94,8 +103,7 @@ async def splice_pump(source: socket.socket, destination: socket.socket) -> None
     finally:
         os.close(read_end)
         os.close(write_end)
-    with contextlib.suppress(OSError):
-        destination.shutdown(socket.SHUT_WR)
+    return moved
 
 
 async def ready(loop: asyncio.AbstractEventLoop, sock: socket.socket, *, writing: bool) -> None:

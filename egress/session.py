@@ -7,6 +7,7 @@ import contextlib
 
 import h11
 
+from egress import relay
 from egress.http import (
     MAX_HEAD,
     Destination,
@@ -60,6 +61,8 @@ class HttpSession:
         self._outgoing = h11.Connection(h11.CLIENT)
         self._upstream_spent = False  # the upstream connection cannot carry another request
         self._method = b"GET"
+        self._client_keeps_alive = True  # what the current request asked
+        self._client_restarted = False  # _splice_body replaced the client's h11 state
 
     async def run(self) -> None:
         try:
@@ -85,6 +88,7 @@ class HttpSession:
             await self._answer(refusal)
             return False
         self._method = event.method
+        self._client_keeps_alive = keeps_alive(event)
         secrets = policy.secrets_for(destination.host)
         headers = upstream_headers(event.headers.raw_items(), destination.host, secrets)
         await self._up(h11.Request(method=event.method, target=destination.target, headers=headers))
@@ -171,6 +175,9 @@ class HttpSession:
         h11 (a copy less per chunk: what a large download costs). The upstream's h11 state
         saw the head only, so it is replaced for the next exchange."""
         pending = self._outgoing.trailing_data[0]
+        if len(pending) <= length and await self._splice_body(upstream, pending, length):
+            self._upstream_spent = not keep_alive
+            return
         remaining = length
         extra = False
         while remaining:
@@ -184,6 +191,34 @@ class HttpSession:
         await send(self._incoming, self._client, h11.EndOfMessage())
         self._outgoing = h11.Connection(h11.CLIENT)
         self._upstream_spent = extra or not keep_alive
+
+    async def _splice_body(self, upstream: Channel, pending: bytes, length: int) -> bool:
+        """Between two plain sockets the kernel moves the body (splice); h11's states are
+        then started afresh (both saw the heads only). False when splice cannot be used."""
+        client = self._client
+        if not (relay.SPLICE and type(client) is Channel and type(upstream) is Channel):
+            return False
+        try:
+            if pending:
+                await client.send(pending)
+            moved = len(pending) + await relay.splice_bytes(
+                upstream.sock, client.sock, length - len(pending)
+            )
+        except relay.SpliceUnsupported:
+            if pending:
+                raise UpstreamGone() from None  # cannot happen on Linux; never half-sent
+            return False
+        except OSError as error:
+            raise UpstreamGone() from error
+        if moved < length:
+            raise UpstreamGone()
+        self._outgoing = h11.Connection(h11.CLIENT)
+        leftover = self._incoming.trailing_data[0]  # a request the client pipelined
+        self._incoming = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+        if leftover:  # (receive_data(b"") would mean the client closed)
+            self._incoming.receive_data(leftover)
+        self._client_restarted = True
+        return True
 
     async def _recv_upstream(self, upstream: Channel) -> bytes:
         try:
@@ -208,6 +243,9 @@ class HttpSession:
             if self._mode == INTERCEPTED:
                 return False  # the one upstream this connection may use is gone
             self._drop_upstream()
+        if self._client_restarted:
+            self._client_restarted = False
+            return self._client_keeps_alive
         if self._incoming.our_state is h11.DONE and self._incoming.their_state is h11.DONE:
             self._incoming.start_next_cycle()
             return True
