@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import os
 import ssl
 import tempfile
 import threading
@@ -69,9 +68,6 @@ class CertificateAuthority:
             raise ValueError("the CA key must be an EC or RSA private key")
         self._key = key
         self._leaf_key = ec.generate_private_key(ec.SECP256R1())
-        # ssl.SSLContext loads certificates only from files: the leaves live here while
-        # this object does (cleaned up by the TemporaryDirectory's finalizer).
-        self._directory = tempfile.TemporaryDirectory(prefix="sandhub-egress-ca-")
         self._contexts: dict[str, ssl.SSLContext] = {}
         self._lock = threading.Lock()
 
@@ -86,12 +82,14 @@ class CertificateAuthority:
             return context
 
     def _new_context(self, hostname: str) -> ssl.SSLContext:
-        path = os.path.join(self._directory.name, f"leaf-{len(self._contexts)}.pem")
-        with open(path, "wb") as file:
-            file.write(self._leaf_pem(hostname))
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.load_cert_chain(path)
+        # ssl loads certificates only from files: one private to this user (0600), for the
+        # moment it takes.
+        with tempfile.NamedTemporaryFile(prefix="sandhub-egress-leaf-", suffix=".pem") as file:
+            file.write(self._leaf_pem(hostname))
+            file.flush()
+            context.load_cert_chain(file.name)
         context.set_alpn_protocols(["http/1.1"])
         return context
 
