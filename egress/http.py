@@ -56,8 +56,13 @@ class Route(Protocol):
 @dataclass(frozen=True)
 class Destination:
     host: str
-    port: int
+    port: int  # 0: the connection's own (intercepted TLS)
     target: bytes  # origin-form: what the upstream server is asked for
+
+    @property
+    def host_header(self) -> str:
+        name = f"[{self.host}]" if ":" in self.host else self.host
+        return name if self.port in (0, 80) else f"{name}:{self.port}"
 
 
 def explicit_destination(request: h11.Request) -> Destination:
@@ -116,6 +121,7 @@ def split_host(value: str, default_port: int) -> tuple[str, int]:
 def upstream_headers(
     headers: Sequence[tuple[bytes, bytes]], host: str, secrets: Sequence[BoundSecret]
 ) -> list[tuple[bytes, bytes]]:
+    # `host`: the Host value to add when the client sent none (an HTTP/1.0 client).
     """The request's headers (raw_items: as the client spelled them) as the upstream gets
     them: hop-by-hop ones dropped, Host made present, each bound secret's header set to its
     value (replacing the client's), and the placeholders of the secrets bound to this host
@@ -130,7 +136,7 @@ def upstream_headers(
             value = value.replace(secret.placeholder.encode(), secret.value.encode())
         result.append((name, value))
     if not any(name.lower() == b"host" for name, _ in result):
-        result.insert(0, (b"host", host.encode("idna") if host.isascii() else host.encode()))
+        result.insert(0, (b"host", host.encode("ascii", "replace")))
     for secret in secrets:
         result.append((secret.header.encode(), secret.value.encode()))
     return result

@@ -90,7 +90,7 @@ class HttpSession:
         self._method = event.method
         self._client_keeps_alive = keeps_alive(event)
         secrets = policy.secrets_for(destination.host)
-        headers = upstream_headers(event.headers.raw_items(), destination.host, secrets)
+        headers = upstream_headers(event.headers.raw_items(), destination.host_header, secrets)
         await self._up(h11.Request(method=event.method, target=destination.target, headers=headers))
         if self._incoming.they_are_waiting_for_100_continue:
             go_on = h11.InformationalResponse(status_code=100, headers=[])

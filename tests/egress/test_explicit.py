@@ -125,3 +125,10 @@ def test_sni_other_than_the_connect_host_is_refused(world: World):
     world.proxy.report_now()
     assert world.source.total() == {("sb-1", f"open.test:{world.open.port}", "sni_mismatch"): 1}
     assert world.open.requests == []
+
+
+def test_http_10_request_without_host_gets_one_upstream(world: World):
+    with socket.create_connection(("127.0.0.1", world.port), timeout=10) as sock:
+        sock.sendall(f"GET http://allowed.test:{world.plain.port}/old HTTP/1.0\r\n\r\n".encode())
+        assert read_answer(sock).endswith(b"hello from allowed.test")
+    assert world.plain.requests[-1][1]["host"] == f"allowed.test:{world.plain.port}"
