@@ -5,13 +5,13 @@ rate).
     .venv/bin/python bench/bench_egress.py [--requests 300] [--big-mb 100]
     python3 bench/bench_egress.py --client-only URL PROXY [--direct] [--requests N]
 
-The full run starts, on 127.0.0.1:
+The full run starts, on 127.0.0.1, each in a child process (as in production, where the
+proxy is `manage.py egressproxy`; threads of one process would wait for each other's
+interpreter lock and blur the figures):
 - an HTTP server (threads; /small answers 64 bytes, /big a --big-mb file with
   socket.sendfile from a temporary file);
 - the proxy: a ProxyThread (egress.thread) over a dict policy that allows "bench.test" on the
-  server's port, the resolver mapping bench.test to 127.0.0.1. It runs in a child process, as
-  in production (`manage.py egressproxy` is a process of its own): in this process its event
-  loop would share one interpreter lock with the client and the server.
+  server's port, the resolver mapping bench.test to 127.0.0.1.
 
 Then the client part measures, each on a new connection, time until the whole answer is read:
 (a) GET /small: direct, through the proxy as absolute-form HTTP (HTTP_PROXY clients), and
@@ -249,31 +249,43 @@ def proxy_process(server_port: int, connection, stop) -> None:  # type: ignore[n
     serve_proxy(server_port, connection.send, stop)
 
 
+def server_process(big_path: str, connection, stop) -> None:  # type: ignore[no-untyped-def]
+    """The HTTP server (child process): threads, one per connection."""
+    Handler.big_path = big_path
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    connection.send(server.server_address[1])
+    stop.wait()
+    server.shutdown()
+
+
+def child(target: Callable[..., None], *args: object) -> tuple[object, int]:
+    """Start `target(*args, connection, stop)` in a process; (its stop event, what it sent)."""
+    context = multiprocessing.get_context("fork")
+    parent, connection = context.Pipe()
+    stop = context.Event()
+    context.Process(target=target, args=(*args, connection, stop), daemon=True).start()
+    return stop, int(parent.recv())
+
+
 def full_run(runs: int, big_mb: int) -> None:
+    """Server, proxy and client each in a process of their own: in one process, threads
+    would wait for each other's interpreter lock and blur both figures."""
     with tempfile.NamedTemporaryFile(prefix="bench-egress-") as big:
         chunk = os.urandom(1024 * 1024)
         for _ in range(big_mb):
             big.write(chunk)
         big.flush()
-        Handler.big_path = big.name
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        port = server.server_address[1]
-        context = multiprocessing.get_context("fork")
-        parent, child = context.Pipe()
-        stop = context.Event()
-        process = context.Process(target=proxy_process, args=(port, child, stop), daemon=True)
-        process.start()
+        stop_server, port = child(server_process, big.name)
+        stop_proxy, proxy_port = child(proxy_process, port)
         try:
-            proxy_port = parent.recv()
-            print(f"server 127.0.0.1:{port} (bench.test), proxy 127.0.0.1:{proxy_port} (a child)")
-            target = Target("bench.test", int(port), ("127.0.0.1", int(port)))
+            print(f"server 127.0.0.1:{port} (bench.test), proxy 127.0.0.1:{proxy_port}")
+            target = Target("bench.test", port, ("127.0.0.1", port))
             run_client(target, Proxy(("127.0.0.1", proxy_port), ""), runs, direct=True)
         finally:
-            stop.set()
-            process.join(10)
-            server.shutdown()
+            for stop in (stop_proxy, stop_server):
+                stop.set()  # type: ignore[attr-defined]
 
 
 def main() -> None:
