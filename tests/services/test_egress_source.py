@@ -42,7 +42,11 @@ def test_by_token_finds_its_own_sandbox_only(two):
     assert policy is not None and policy.sandbox_id == a.public_id
     assert policy.mode == "allowlist" and [r.pattern for r in policy.rules] == ["pypi.org"]
     [secret] = policy.secrets
-    assert (secret.name, secret.value, secret.hosts) == ("A_KEY", "Bearer a-value-1234", ("api.test",))
+    assert (secret.name, secret.value, secret.hosts) == (
+        "A_KEY",
+        "Bearer a-value-1234",
+        ("api.test",),
+    )
     assert policy.dns_answer == "gw"
     # One team's credential never opens the other's sandbox, nor a wrong or empty one.
     assert SOURCE.by_token(b.public_id, a.egress_token) is None
