@@ -70,3 +70,10 @@ def test_a_value_inside_another_is_masked_whole():
     assert masker.text("xxabcdxx abcd") == "[secret LONG] [secret SHORT]"
     assert masker.data(b"abcd") == b"[secret SHORT]"
     assert not Masker([]) and Masker([]).text("abcd") == "abcd"
+
+
+def test_a_session_runs_the_command_as_given_and_records_it_masked(sandbox_id, as_alice):
+    services.run_command(as_alice, sandbox_id, f"export TOKEN={VALUE}", session="work")
+    result = services.run_command(as_alice, sandbox_id, "echo $TOKEN", session="work")
+    assert result.stdout == "[secret TEAM_KEY]\n"  # the shell got the value, the record not
+    assert not CommandExecution.objects.filter(command__contains=VALUE).exists()
