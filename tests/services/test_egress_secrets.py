@@ -80,6 +80,7 @@ def test_another_teams_secret_is_not_found(as_alice, as_bob):
     [
         ({"value": ""}, "non-empty"),
         ({"value": "x" * 4097}, "at most 4096 bytes"),
+        ({"value": "short"}, "at least 6 characters"),
         ({"value": "two\nlines"}, "one line"),
         ({"value": 42}, "non-empty string"),
         ({"name": "1ABC"}, "environment variable name"),
