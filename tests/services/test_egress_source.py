@@ -134,3 +134,10 @@ def test_network_log(two, as_alice, as_victor, as_bob):
     with pytest.raises(NotFound):
         services.network_log(as_bob, a.public_id)
     assert AuditLog.objects.filter(action="egress.network_log", outcome="not_found").exists()
+
+
+def test_a_sandbox_without_a_token_is_never_found_by_one(two):
+    a, _ = two
+    Sandbox.objects.filter(pk=a.pk).update(egress_token="")
+    for guess in ("", "\x00", "\x00no token"):
+        assert SOURCE.by_token(a.public_id, guess) is None
