@@ -16,7 +16,7 @@ from sandboxes.housekeeping import transitions
 from sandboxes.models import CommandExecution, CommandStatus, Sandbox
 from sandboxes.policy import access, validation
 from sandboxes.policy.access import READ, WRITE
-from sandboxes.services import pip, shells
+from sandboxes.services import masking, pip, shells
 from sandboxes.services.common import backend_of, decode_output, mark_lost, running_sandbox, touch
 from tenants.auditing import AUDIT_VIEW, audited, change_with, current
 from tenants.principal import Principal
@@ -109,9 +109,10 @@ def install_packages(
             raise InvalidInput("index_url must be an http(s) URL")
         argv += ["--index-url", validation.no_nul(index_url, "index_url")]
     argv += requirements
-    current().details["packages"] = requirements
     current().target("sandbox", sandbox_id)
     sandbox = access.get_sandbox(principal, sandbox_id, WRITE, "run commands")
+    mask = masking.masker(sandbox.team_id)  # a requirement may carry a URL's credential
+    current().details["packages"] = [mask.text(requirement) for requirement in requirements]
     pip.refuse_without_network(sandbox, index_url)  # before pip retries its way to a riddle
     return _execute(
         principal,
@@ -149,20 +150,24 @@ def _execute(
     seconds = validation.timeout(timeout)
     cap = validation.output_cap(output_cap)
     sandbox = running_sandbox(principal, sandbox_id, WRITE, "run commands")
+    # A stored secret's value in the command or its output is recorded and returned masked.
+    mask = masking.masker(sandbox.team_id)
+    recorded = mask.text(display)  # what is run stays as given
+    live = masking.masked_output(on_output, mask)
 
     execution = CommandExecution.objects.create(
         sandbox=sandbox,
         actor=principal.user,
         channel=principal.channel,
         kind=kind,
-        command=display,
+        command=recorded,
         cwd=cwd,
         session=session or "",
         timeout_seconds=seconds,
         status=CommandStatus.RUNNING,
         started_at=timezone.now(),
     )
-    current().details.update({"command_id": execution.pk, "command": display[:500]})
+    current().details.update({"command_id": execution.pk, "command": recorded[:500]})
     refuse_if_paused_meanwhile(execution, sandbox)
     started = time.monotonic()
     try:
@@ -175,7 +180,7 @@ def _execute(
                 env={**sandbox.env, **exec_env},
                 timeout=seconds,
                 output_cap=cap,
-                on_output=on_output,
+                on_output=live,
                 stdin=stdin,
             )
         else:
@@ -186,14 +191,17 @@ def _execute(
                 env={**sandbox.env, **exec_env},
                 timeout=seconds,
                 output_cap=cap,
-                on_output=on_output,
+                on_output=live,
                 stdin=stdin,
                 once=once,
             )
     except BackendError as exc:
         fail_execution(execution, sandbox, exc, time.monotonic() - started)
         raise BackendFailure(f"command could not run in sandbox {sandbox_id}: {exc}") from exc
-    finished = _finished(execution, explain(result) if explain else result)
+    finally:
+        if live is not None:
+            live.flush()  # what it held back, in case a value began there
+    finished = _finished(execution, explain(result) if explain else result, mask)
     current().details.update({"status": execution.status, "exit_code": execution.exit_code})
     # The command's record and its audit row, in one transaction that holds the write lock
     # only for the two statements (dbkit/writes.py).
@@ -224,12 +232,14 @@ _FINISHED_FIELDS = [
 ]
 
 
-def _finished(execution: CommandExecution, result: ExecResult) -> dict[str, Any]:
+def _finished(
+    execution: CommandExecution, result: ExecResult, mask: masking.Masker
+) -> dict[str, Any]:
     """What finishing the command changes (set on `execution` too), to be written."""
     execution.status = _status_of(result)
     execution.exit_code = result.exit_code
-    execution.stdout = decode_output(result.stdout)
-    execution.stderr = decode_output(result.stderr)
+    execution.stdout = mask.text(decode_output(result.stdout))
+    execution.stderr = mask.text(decode_output(result.stderr))
     execution.stdout_truncated = result.stdout_truncated
     execution.stderr_truncated = result.stderr_truncated
     execution.stdout_bytes = result.stdout_bytes
