@@ -224,7 +224,7 @@ SANDHUB_FILE_LINK_SECONDS = env_int("SANDHUB_FILE_LINK_SECONDS", 3600, minimum=6
 # (the operator's map, "name=ip,..."; such names may be private), and an extra CA file to
 # trust towards upstream servers.
 SANDHUB_EGRESS_PORT = env_int("SANDHUB_EGRESS_PORT", 3128, minimum=1)
-SANDHUB_EGRESS_DNS_PORT = env_int("SANDHUB_EGRESS_DNS_PORT", 5353, minimum=1)
+SANDHUB_EGRESS_DNS_PORT = env_int("SANDHUB_EGRESS_DNS_PORT", 8053, minimum=1)
 SANDHUB_EGRESS_BIND = env_str("SANDHUB_EGRESS_BIND", "0.0.0.0")
 SANDHUB_EGRESS_HOSTS = env_host_map("SANDHUB_EGRESS_HOSTS")
 SANDHUB_EGRESS_UPSTREAM_CA = env_str("SANDHUB_EGRESS_UPSTREAM_CA", "")

@@ -44,7 +44,7 @@ def test_true_means_public_where_the_team_allows_it(
         deployment_ca,
     )
     assert len(row.egress_token) >= 40
-    assert (spec.egress.proxy_port, spec.egress.dns_port) == (3128, 5353)
+    assert (spec.egress.proxy_port, spec.egress.dns_port) == (3128, 8053)
 
 
 def test_true_means_allowlist_under_an_allowlist_ceiling(fake_backend, as_alice, networked_teams):
