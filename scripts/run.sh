@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs the web server (uvicorn) and the worker (django-q2 qcluster) together in the
-# foreground. Ctrl-C, TERM, or either process ending stops both.
+# Runs the web server (uvicorn), the worker (django-q2 qcluster) and the egress proxy (the only
+# way out of a sandbox whose network is on) together in the foreground. Ctrl-C, TERM, or any
+# of them ending stops all three.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,10 +24,12 @@ scripts/web.sh &  # uvicorn (it execs), with the bind address and workers it rea
 pids+=($!)
 "$bin/python" manage.py qcluster &
 pids+=($!)
-echo "web pid ${pids[0]}, worker pid ${pids[1]}; Ctrl-C stops both"
+"$bin/python" manage.py egressproxy &
+pids+=($!)
+echo "web pid ${pids[0]}, worker pid ${pids[1]}, egress proxy pid ${pids[2]}; Ctrl-C stops all three"
 
-# Whichever ends first takes the other down with it: half a platform is worse than none.
+# Whichever ends first takes the others down with it: half a platform is worse than none.
 status=0
 wait -n "${pids[@]}" || status=$?
-echo "a process exited (status $status); stopping the other" >&2
+echo "a process exited (status $status); stopping the others" >&2
 exit "$status"
