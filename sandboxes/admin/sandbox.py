@@ -13,6 +13,7 @@ from django.utils.html import format_html
 from hosts.admin.usage import UsageChartsAdmin
 from sandboxes import services
 from sandboxes.admin.deletion import DeleteThroughServiceMixin
+from sandboxes.admin.egress import EgressRefusalInline
 from sandboxes.admin.lifecycle import LIFECYCLE_ACTIONS, LifecycleActions
 from sandboxes.models import (
     Sandbox,
@@ -34,6 +35,8 @@ SANDBOX_READONLY_FIELDS = [
     "memory_mb",
     "pids_limit",
     "network",
+    "egress_mode",
+    "egress_allow",
     "gpus",
     "env_pretty",
     "backend_state_pretty",
@@ -68,6 +71,7 @@ class SandboxAdmin(UsageChartsAdmin, DeleteThroughServiceMixin, LifecycleActions
     date_hierarchy = "created_at"
     list_select_related = ["team", "owner", "host", "image"]
     readonly_fields = SANDBOX_READONLY_FIELDS
+    inlines = [EgressRefusalInline]  # what its network was refused
     fieldsets = [
         (None, {"fields": ["public_id", "name", "team", "owner", "host", "image"]}),
         (
@@ -78,6 +82,7 @@ class SandboxAdmin(UsageChartsAdmin, DeleteThroughServiceMixin, LifecycleActions
             "Limits",
             {"fields": ["cpus", "memory_mb", "pids_limit", "network", "gpus", "env_pretty"]},
         ),
+        ("Network", {"fields": ["egress_mode", "egress_allow"]}),
         ("Usage", {"fields": ["usage_charts"]}),
         (
             "Times",

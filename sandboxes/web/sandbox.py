@@ -22,6 +22,7 @@ from sandboxes import services
 from sandboxes.contract.errors import ServiceError
 from sandboxes.contract.results import FileEntry, SandboxInfo
 from sandboxes.web.common import attach_error, paginate, query_without_page, refused
+from sandboxes.web.egress import sandbox_network
 from sandboxes.web.links import links_context
 from sandboxes.web.previews_section import previews_context
 from sandboxes.web.principal import identity_for, principal_for, team_required
@@ -82,6 +83,7 @@ def render_page(
         **listing,
         **previews,
         **links_context(request, sandbox_id),
+        **sandbox_network(request, sandbox_id),
     }
     return render(request, "web/sandbox/page.html", context, status=status)
 
