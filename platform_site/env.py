@@ -6,6 +6,7 @@ deployment fails at start-up instead of silently falling back to a default.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 from pathlib import Path
@@ -55,6 +56,22 @@ def env_list(name: str, default: list[str] | None = None) -> list[str]:
     if raw is None:
         return list(default or [])
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_host_map(name: str) -> dict[str, str]:
+    """A map of names to IP addresses written "name=ip,name=ip" (the egress proxy's operator
+    overrides); an entry that is not a name and an address is an error naming it."""
+    mapping: dict[str, str] = {}
+    for entry in env_list(name):
+        host, sep, address = (part.strip() for part in entry.partition("="))
+        try:
+            ipaddress.ip_address(address)
+        except ValueError:
+            address = ""
+        if not sep or not host or not address:
+            raise EnvError(f"{name}: {entry!r} is not name=ip (like api.test=127.0.0.1)")
+        mapping[host.lower().rstrip(".")] = address
+    return mapping
 
 
 def secret_from_file(name: str, path: Path, generate) -> str:

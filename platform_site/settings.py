@@ -13,6 +13,7 @@ from cryptography.fernet import Fernet
 from platform_site.env import (
     EnvError,
     env_bool,
+    env_host_map,
     env_int,
     env_list,
     env_str,
@@ -217,6 +218,16 @@ SANDHUB_EXPIRY_WARNING_MINUTES = env_int("SANDHUB_EXPIRY_WARNING_MINUTES", 15, m
 # Terminals open at once in one sandbox (sandboxes/services/terminals.py).
 SANDHUB_MAX_TERMINALS_PER_SANDBOX = env_int("SANDHUB_MAX_TERMINALS_PER_SANDBOX", 5, minimum=1)
 SANDHUB_FILE_LINK_SECONDS = env_int("SANDHUB_FILE_LINK_SECONDS", 3600, minimum=60)
+# The egress proxy (`manage.py egressproxy`, issue 27): the only way out of a sandbox whose
+# network is on. Its ports on this machine (explicit proxy and transparent HTTP/HTTPS on
+# one, DNS on the other), the address it listens on, names it resolves to given addresses
+# (the operator's map, "name=ip,..."; such names may be private), and an extra CA file to
+# trust towards upstream servers.
+SANDHUB_EGRESS_PORT = env_int("SANDHUB_EGRESS_PORT", 3128, minimum=1)
+SANDHUB_EGRESS_DNS_PORT = env_int("SANDHUB_EGRESS_DNS_PORT", 5353, minimum=1)
+SANDHUB_EGRESS_BIND = env_str("SANDHUB_EGRESS_BIND", "0.0.0.0")
+SANDHUB_EGRESS_HOSTS = env_host_map("SANDHUB_EGRESS_HOSTS")
+SANDHUB_EGRESS_UPSTREAM_CA = env_str("SANDHUB_EGRESS_UPSTREAM_CA", "")
 # Previews (sandboxes/proxy/): with a domain, a sandbox's port is served at
 # PORT-SANDBOX.<domain> (wildcard DNS to this server; `localhost` works in Chromium without
 # DNS), each preview an origin of its own; without one, at /preview/SANDBOX/PORT/ on this

@@ -57,6 +57,19 @@ class Channel(models.TextChoices):
     SYSTEM = "system", "System"
 
 
+class EgressMode(models.TextChoices):
+    """How a sandbox reaches the network (issue 27): not at all, only the names of an
+    allow-list, or the public internet (never private ranges unless an admin allows them).
+    Ordered: a team's maximum allows its own mode and those before it."""
+
+    OFF = "off", "Off"
+    ALLOWLIST = "allowlist", "Allow-list only"
+    PUBLIC = "public", "Public internet"
+
+
+EGRESS_MODE_ORDER = (EgressMode.OFF, EgressMode.ALLOWLIST, EgressMode.PUBLIC)
+
+
 class IdleAction(models.TextChoices):
     """What the sweep does with a sandbox idle past the team's timeout, or past its lifetime."""
 
@@ -121,6 +134,25 @@ class Team(models.Model):
     )
     allow_network = models.BooleanField(
         default=False, help_text="Whether this team's sandboxes may reach the network."
+    )
+    # Egress (sandboxes/services/egress.py): the most a sandbox may ask for, the names its
+    # allow-list mode may reach (rule strings: "pypi.org", "*.example.com:443"), and the
+    # private ranges an admin lets it reach (refused by default, in every mode).
+    egress_max_mode = models.CharField(
+        max_length=10,
+        choices=EgressMode.choices,
+        default=EgressMode.PUBLIC,
+        help_text="The most network a sandbox of this team may have (when network is allowed).",
+    )
+    egress_allowlist = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='Names an allow-list sandbox may reach: "pypi.org", "*.example.com:443".',
+    )
+    egress_allowed_ranges = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Private address ranges (CIDR) the team's sandboxes may reach anyway.",
     )
     # Previews (sandboxes.services.previews): which ports of a sandbox may be reached through
     # the platform, how many at once, and whether a team admin may open one to everyone.

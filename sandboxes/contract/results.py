@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sandboxes.contract.egress import EgressBlock
 from sandboxes.contract.errors import InvalidInput
 from sandboxes.contract.outcomes import OUT_OF_MEMORY, TEST_HINT, TEST_OUTCOME, killed_for_memory
+from sandboxes.contract.streams import FileStream
 
 RESUMED_SECONDS = "seconds spent resuming the (paused or stopped) sandbox first; null: it ran"
 
@@ -77,11 +78,15 @@ class SandboxInfo(Result):
     disk_mb: int | None = Field(default=None, description="size of /workspace in MB")
     paused_at: datetime | None = Field(None, description="when it was paused, if it is")
     stopped_at: datetime | None = Field(None, description="when it was stopped, if it is")
+    network_mode: str = Field("off", description="off, allowlist or public (network: not off)")
+    egress: EgressBlock | None = Field(None, description="get_sandbox's: policy and refusals")
 
     @classmethod
-    def from_model(cls, sandbox: Sandbox) -> SandboxInfo:
+    def from_model(cls, sandbox: Sandbox, egress: EgressBlock | None = None) -> SandboxInfo:
         return cls.read(
             sandbox,
+            network_mode=sandbox.egress_mode,
+            egress=egress,
             id=sandbox.public_id,
             team=sandbox.team.slug,
             owner=sandbox.owner.get_username() if sandbox.owner else None,
@@ -260,36 +265,6 @@ class UploadResult(Result):
     paths: list[str]
     total_bytes: int
     resumed_seconds: float | None = Field(None, description=RESUMED_SECONDS)
-
-
-class FileStream(Iterator[bytes]):
-    """One file's content as chunks (open_file_stream). close() releases what feeds it (the
-    backend's stream) at once, whether it was read to the end, in part, or not at all."""
-
-    def __init__(self, chunks: Iterator[bytes], *sources: object) -> None:
-        self._chunks = chunks
-        self._sources = (chunks, *sources)
-        self._closed = False
-
-    def __next__(self) -> bytes:
-        if self._closed:
-            raise StopIteration
-        return next(self._chunks)
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        errors: list[BaseException] = []
-        for source in self._sources:
-            close: Callable[[], object] | None = getattr(source, "close", None)
-            if close is not None:
-                try:
-                    close()
-                except Exception as exc:  # close every source; report the first failure
-                    errors.append(exc)
-        if errors:
-            raise errors[0]
 
 
 # --- previews --------------------------------------------------------------------------------

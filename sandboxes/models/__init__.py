@@ -4,6 +4,7 @@ links (file links, preview tokens) that open a part of one without a session, an
 everything is named here, where Django and the rest of the code find it."""
 
 from sandboxes.models.commands import FINISHED_COMMAND_STATUSES, CommandExecution, CommandStatus
+from sandboxes.models.egress import EgressAuthority, EgressRefusal, EgressSecret
 from sandboxes.models.ids import new_link_id, new_pool_id, new_sandbox_id, new_snapshot_id
 from sandboxes.models.pool import WarmContainer, WarmContainerStatus
 from sandboxes.models.previews import (
@@ -52,6 +53,9 @@ __all__ = [
     "AccessLinkQuerySet",
     "CommandExecution",
     "CommandStatus",
+    "EgressAuthority",
+    "EgressRefusal",
+    "EgressSecret",
     "HostUsageSample",
     "InvalidTransition",
     "LinkKind",

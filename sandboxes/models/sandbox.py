@@ -104,7 +104,12 @@ class Sandbox(models.Model):
     # before disk limits existed.
     disk_mb = models.PositiveIntegerField(null=True, blank=True)
     env = models.JSONField(default=dict, blank=True)
-    network = models.BooleanField(default=False)
+    network = models.BooleanField(default=False)  # egress_mode != "off"
+    # Egress (issue 27): off, allowlist or public; the allow-list it got (rule strings, the
+    # team's at creation or a narrower one asked for); its credential towards the proxy.
+    egress_mode = models.CharField(max_length=10, default="off")
+    egress_allow = models.JSONField(default=list, blank=True)
+    egress_token = models.CharField(max_length=64, blank=True, editable=False)
     # The host's GPU indices given to this sandbox (CUDA_VISIBLE_DEVICES for its commands).
     gpus = models.JSONField(default=list, blank=True)
     backend_state = models.JSONField(default=dict, blank=True)

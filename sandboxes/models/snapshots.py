@@ -81,6 +81,9 @@ class Snapshot(models.Model):
     memory_mb = models.PositiveIntegerField()
     disk_mb = models.PositiveIntegerField(null=True, blank=True)
     network = models.BooleanField(default=False)
+    # The source's egress mode and allow-list ("": made before egress modes; network says).
+    egress_mode = models.CharField(max_length=10, blank=True)
+    egress_allow = models.JSONField(default=list, blank=True)
 
     objects = SnapshotQuerySet.as_manager()
 

@@ -41,6 +41,10 @@ from sandboxes.services.commands import (
     run_python,
 )
 from sandboxes.services.common import decode_output
+from sandboxes.services.egress import egress_spec, get_team_egress, network_log, set_team_egress
+from sandboxes.services.egress_process import egress_proxy, run_egress_proxy
+from sandboxes.services.egress_secrets import add_secret, delete_secret, list_secrets
+from sandboxes.services.egress_source import DatabasePolicySource
 from sandboxes.services.file_ops import delete_path, make_directory, rename_path
 from sandboxes.services.files import (
     READ_FILE_MAX_BYTES,
@@ -73,6 +77,7 @@ from sandboxes.services.links import (
     file_link_url,
     open_file_link,
 )
+from sandboxes.services.masking import mask_secrets
 from sandboxes.services.previews import (
     DEFAULT_WAIT_SECONDS,
     MAX_WAIT_SECONDS,
@@ -137,6 +142,17 @@ from sandboxes.services.usage import get_host_metrics, get_sandbox_metrics, samp
 from sandboxes.services.workflows import run_once, run_tests
 
 __all__ = [
+    "DatabasePolicySource",
+    "add_secret",
+    "delete_secret",
+    "egress_proxy",
+    "egress_spec",
+    "get_team_egress",
+    "list_secrets",
+    "mask_secrets",
+    "network_log",
+    "run_egress_proxy",
+    "set_team_egress",
     "history_command",
     "list_deleted_sandboxes",
     "sandbox_history",

@@ -25,6 +25,7 @@ from sandboxes.contract.results import BackgroundCheck, CommandResult
 from sandboxes.models import CommandExecution, CommandStatus, Sandbox, SandboxStatus
 from sandboxes.policy import access, validation
 from sandboxes.policy.access import READ, WRITE
+from sandboxes.services import masking
 from sandboxes.services.commands import fail_execution, refuse_if_paused_meanwhile
 from sandboxes.services.common import backend_of, running_sandbox, touch
 from sandboxes.services.jobs import (
@@ -73,6 +74,7 @@ def start_background(
         "max_runtime_seconds",
     )
     sandbox = running_sandbox(principal, sandbox_id, WRITE, "run commands")
+    shown = masking.masker(sandbox.team_id).text(command)  # what is recorded (run: command)
     with transaction.atomic():
         # The count and the insert are one step for concurrent starts in the same sandbox:
         # PostgreSQL locks the sandbox's row until the commit; SQLite runs one write
@@ -84,7 +86,7 @@ def start_background(
             actor=principal.user,
             channel=principal.channel,
             kind="command",
-            command=command,
+            command=shown,
             cwd=cwd,
             timeout_seconds=max_runtime,
             status=CommandStatus.QUEUED,
@@ -92,7 +94,7 @@ def start_background(
             started_at=timezone.now(),
         )
     current().details.update(
-        {"command_id": execution.pk, "command": command[:500], "max_runtime_seconds": max_runtime}
+        {"command_id": execution.pk, "command": shown[:500], "max_runtime_seconds": max_runtime}
     )
     refuse_if_paused_meanwhile(execution, sandbox)
     # Unique within the sandbox even if ids restart (a restored database): it names the

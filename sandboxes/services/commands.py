@@ -16,7 +16,7 @@ from sandboxes.housekeeping import transitions
 from sandboxes.models import CommandExecution, CommandStatus, Sandbox
 from sandboxes.policy import access, validation
 from sandboxes.policy.access import READ, WRITE
-from sandboxes.services import pip, shells
+from sandboxes.services import masking, pip, shells
 from sandboxes.services.common import backend_of, decode_output, mark_lost, running_sandbox, touch
 from tenants.auditing import AUDIT_VIEW, audited, change_with, current
 from tenants.principal import Principal
@@ -149,6 +149,10 @@ def _execute(
     seconds = validation.timeout(timeout)
     cap = validation.output_cap(output_cap)
     sandbox = running_sandbox(principal, sandbox_id, WRITE, "run commands")
+    # A stored secret's value in the command or its output is recorded and returned masked.
+    mask = masking.masker(sandbox.team_id)
+    display = mask.text(display)
+    on_output = masking.masked_output(on_output, mask)
 
     execution = CommandExecution.objects.create(
         sandbox=sandbox,
@@ -193,7 +197,7 @@ def _execute(
     except BackendError as exc:
         fail_execution(execution, sandbox, exc, time.monotonic() - started)
         raise BackendFailure(f"command could not run in sandbox {sandbox_id}: {exc}") from exc
-    finished = _finished(execution, explain(result) if explain else result)
+    finished = _finished(execution, explain(result) if explain else result, mask)
     current().details.update({"status": execution.status, "exit_code": execution.exit_code})
     # The command's record and its audit row, in one transaction that holds the write lock
     # only for the two statements (dbkit/writes.py).
@@ -224,12 +228,14 @@ _FINISHED_FIELDS = [
 ]
 
 
-def _finished(execution: CommandExecution, result: ExecResult) -> dict[str, Any]:
+def _finished(
+    execution: CommandExecution, result: ExecResult, mask: masking.Masker
+) -> dict[str, Any]:
     """What finishing the command changes (set on `execution` too), to be written."""
     execution.status = _status_of(result)
     execution.exit_code = result.exit_code
-    execution.stdout = decode_output(result.stdout)
-    execution.stderr = decode_output(result.stderr)
+    execution.stdout = mask.text(decode_output(result.stdout))
+    execution.stderr = mask.text(decode_output(result.stderr))
     execution.stdout_truncated = result.stdout_truncated
     execution.stderr_truncated = result.stderr_truncated
     execution.stdout_bytes = result.stdout_bytes

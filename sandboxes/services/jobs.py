@@ -16,6 +16,7 @@ from hosts.backends.base import BackendError, JobStatus, SandboxGone
 from sandboxes.contract.outcomes import killed_for_memory
 from sandboxes.contract.results import BackgroundCheck
 from sandboxes.models import CommandExecution, CommandStatus, Sandbox, SandboxStatus
+from sandboxes.services import masking
 from sandboxes.services.common import backend_of, decode_output, mark_lost
 from tenants.auditing import change, current
 
@@ -151,7 +152,7 @@ def record_background_end(
         ).update(
             status=status,
             exit_code=exit_code,
-            stdout=decode_output(output),
+            stdout=_masked(execution, decode_output(output)),
             stderr="",
             stdout_bytes=output_bytes,
             stdout_truncated=output_bytes > len(output),
@@ -187,7 +188,7 @@ def background_check(
     an error message while it runs (why it could not be looked at live)."""
     running = execution.status == CommandStatus.RUNNING
     if running and live is not None:
-        text, total = decode_output(live.output), live.output_bytes
+        text, total = _masked(execution, decode_output(live.output)), live.output_bytes
         cut = total > len(live.output)
     else:
         text, total, cut = execution.stdout, execution.stdout_bytes, execution.stdout_truncated
@@ -230,7 +231,12 @@ def keep_logs_before_stop(sandbox: Sandbox) -> None:
         except BackendError:
             continue
         CommandExecution.objects.filter(pk=execution.pk, status=CommandStatus.RUNNING).update(
-            stdout=decode_output(status.output),
+            stdout=_masked(execution, decode_output(status.output)),
             stdout_bytes=status.output_bytes,
             stdout_truncated=status.output_bytes > len(status.output),
         )
+
+
+def _masked(execution: CommandExecution, text: str) -> str:
+    """A job's output as it is recorded and shown: stored secrets' values masked."""
+    return masking.masker(execution.sandbox.team_id).text(text)

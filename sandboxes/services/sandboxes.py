@@ -16,7 +16,6 @@ from sandboxes.contract.errors import (
     BackendFailure,
     Conflict,
     InvalidInput,
-    PermissionDenied,
     QuotaExceeded,
 )
 from sandboxes.contract.results import SandboxInfo
@@ -37,7 +36,7 @@ from sandboxes.policy.limits import (
     DEFAULT_PIDS_LIMIT,
     MIN_MEMORY_MB,
 )
-from sandboxes.services import snapshot_restore
+from sandboxes.services import egress, snapshot_restore
 from sandboxes.services.common import backend_of
 from sandboxes.services.create_requests import FAILED, CreateRequest
 from tenants.auditing import AUDIT_VIEW, audited, change, change_with, current
@@ -62,11 +61,12 @@ def create_sandbox(
     memory_mb: int | None = None,
     env: dict[str, str] | None = None,
     lifetime_minutes: int | None = None,
-    network: bool | None = None,
+    network: bool | str | None = None,
     disk_mb: int | None = None,
     gpus: int | None = None,
     snapshot: str | None = None,
     request_id: str | None = None,
+    allow: list[str] | None = None,
 ) -> SandboxInfo:
     """Create a sandbox on the idlest host with room and wait until it is running.
 
@@ -77,6 +77,9 @@ def create_sandbox(
     with its image and limits where these are not given (snapshot_restore.py).
     request_id: the client's id for this request: a retry with it gets the same sandbox
     (create_requests.py).
+    network: True (public if the team allows it, else allowlist), False (off, the default)
+    or a mode by name: "off", "allowlist", "public" (egress.py), within the team's policy.
+    allow: an allowlist sandbox's own list, narrower than its team's (default: the team's).
     """
     arguments = {k: v for k, v in locals().items() if k not in ("principal", "request_id")}
     access.require(principal, WRITE, "create sandboxes")
@@ -88,11 +91,13 @@ def create_sandbox(
     source = None if snapshot is None else snapshot_restore.ready_snapshot(principal, snapshot)
     if source is not None:
         asked = {"image": image, "cpus": cpus, "memory_mb": memory_mb, "network": network}
-        inherited = snapshot_restore.inherited(source, {**asked, "disk_mb": disk_mb})
+        inherited = snapshot_restore.inherited(
+            source, {**asked, "disk_mb": disk_mb, "allow": allow}
+        )
         image, cpus, memory_mb = inherited["image"], inherited["cpus"], inherited["memory_mb"]
-        network, disk_mb = inherited["network"], inherited["disk_mb"]
+        network, disk_mb, allow = inherited["network"], inherited["disk_mb"], inherited["allow"]
     chosen_image = _image_for(team, image)
-    limits = {**_limits(team, cpus, memory_mb, network), "disk_mb": _disk_mb(team, disk_mb)}
+    limits = {**_limits(team, cpus, memory_mb, network, allow), "disk_mb": _disk_mb(team, disk_mb)}
     lifetime = _lifetime(team, lifetime_minutes)
     spec_env = validation.env(env)
     sandbox_name = validation.name(name)
@@ -126,6 +131,7 @@ def create_sandbox(
                 expires_at=timezone.now() + timedelta(minutes=lifetime),
                 status=SandboxStatus.STARTING,
                 status_changed_at=timezone.now(),
+                egress_token=egress.new_token(limits["egress_mode"]),
                 **(request.fields() if request is not None else {}),
                 **limits,
             )
@@ -183,7 +189,7 @@ def _image_for(team: Team, name: str | None) -> Image:
     return chosen
 
 
-def _limits(team: Team, cpus: Any, memory_mb: Any, network: Any) -> dict[str, Any]:
+def _limits(team: Team, cpus: Any, memory_mb: Any, network: Any, allow: Any) -> dict[str, Any]:
     cpus = min(DEFAULT_CPUS, team.max_cpus_per_sandbox) if cpus is None else cpus
     if isinstance(cpus, bool) or not isinstance(cpus, int | float) or cpus <= 0:
         raise InvalidInput("cpus must be a positive number")
@@ -197,16 +203,14 @@ def _limits(team: Team, cpus: Any, memory_mb: Any, network: Any) -> dict[str, An
         raise QuotaExceeded(
             f"team quota: at most {team.max_memory_mb_per_sandbox} MB of memory per sandbox"
         )
-    network = team.allow_network if network is None else network
-    if not isinstance(network, bool):
-        raise InvalidInput("network must be true or false")
-    if network and not team.allow_network:
-        raise PermissionDenied(f"team {team.slug} may not give sandboxes network access")
+    mode = egress.choose_mode(team, network)
     return {
         "cpus": float(cpus),
         "memory_mb": memory_mb,
         "pids_limit": DEFAULT_PIDS_LIMIT,
-        "network": network,
+        "network": mode != egress.OFF,
+        "egress_mode": mode,
+        "egress_allow": egress.effective_allow(team, mode, allow),
     }
 
 
@@ -241,24 +245,30 @@ def _check_running_quota(team: Team) -> None:
         )
 
 
-def _provision(
-    sandbox: Sandbox, member: WarmContainer | None, snapshot: Snapshot | None = None
-) -> None:
-    """Start the sandbox on its host (from the snapshot's files when given, else from the
-    pool member claimed for it, if any); on failure leave nothing behind and say why."""
-    spec = SandboxSpec(
+def _spec(sandbox: Sandbox) -> SandboxSpec:
+    return SandboxSpec(
         sandbox_id=sandbox.public_id,
         image_reference=sandbox.image.reference,
         cpus=sandbox.cpus,
         memory_mb=sandbox.memory_mb,
         pids_limit=sandbox.pids_limit,
-        network=sandbox.network,
-        env=sandbox.env,
+        network=sandbox.egress_mode != egress.OFF,
+        # Secrets' placeholders (never their values), under what the sandbox was given.
+        env={**egress.sandbox_environment(sandbox), **sandbox.env},
         labels={"org.sandhub.team": sandbox.team.slug},
         disk_mb=sandbox.disk_mb,
         gpus=tuple(sandbox.gpus),
+        egress=egress.egress_spec(sandbox),
     )
+
+
+def _provision(
+    sandbox: Sandbox, member: WarmContainer | None, snapshot: Snapshot | None = None
+) -> None:
+    """Start the sandbox on its host (from the snapshot's files when given, else from the
+    pool member claimed for it, if any); on failure leave nothing behind and say why."""
     try:
+        spec = _spec(sandbox)
         if snapshot is not None:
             sandbox.backend_state = snapshot_restore.provision(sandbox, spec, snapshot)
         else:
@@ -294,7 +304,7 @@ def list_sandboxes(principal: Principal) -> list[SandboxInfo]:
 def get_sandbox(principal: Principal, sandbox_id: str) -> SandboxInfo:
     current().target("sandbox", sandbox_id)
     sandbox = access.get_sandbox(principal, sandbox_id, READ, "see sandboxes")
-    return SandboxInfo.from_model(sandbox)
+    return SandboxInfo.from_model(sandbox, egress=egress.egress_block(sandbox))
 
 
 @audited("sandbox.delete", "sandbox")

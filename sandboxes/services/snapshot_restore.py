@@ -78,8 +78,10 @@ def inherited(snapshot: Snapshot, asked: dict[str, Any]) -> dict[str, Any]:
         "image": snapshot.image.name,
         "cpus": snapshot.cpus,
         "memory_mb": snapshot.memory_mb,
-        "network": snapshot.network,
+        "network": snapshot.egress_mode or snapshot.network,
         "disk_mb": disk_mb or snapshot.disk_mb,
+        # Its allow-list goes with its mode: a sandbox asking another mode asks afresh.
+        "allow": (snapshot.egress_allow or None) if asked.get("network") is None else None,
     }
     return {key: defaults[key] if asked.get(key) is None else asked[key] for key in defaults}
 

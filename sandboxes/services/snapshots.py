@@ -108,6 +108,8 @@ def _reserve(principal: Principal, sandbox: Sandbox, name: str, counted: bool) -
                     memory_mb=sandbox.memory_mb,
                     disk_mb=sandbox.disk_mb,
                     network=sandbox.network,
+                    egress_mode=sandbox.egress_mode,
+                    egress_allow=sandbox.egress_allow,
                 )
         except IntegrityError as exc:  # a concurrent one took the name first
             raise Conflict(f"the team already has a snapshot named {name!r}") from exc

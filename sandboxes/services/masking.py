@@ -1,0 +1,77 @@
+"""Secret values never in the record (issue 27): a value of one of the team's stored secrets
+found in a command, its output or its audit details is replaced by `[secret NAME]`.
+
+The sandbox itself holds only placeholders; a value can still get into a command when a
+person pastes it, and the record keeps what was run and printed: masked there."""
+
+from __future__ import annotations
+
+import logging
+
+from hosts import crypto
+from hosts.backends.base import OutputCallback
+from sandboxes.models import EgressSecret
+
+logger = logging.getLogger(__name__)
+
+
+class Masker:
+    """Replaces each value by its secret's mark; longest values first, so a value that
+    contains another is masked whole."""
+
+    def __init__(self, values: list[tuple[str, str]]) -> None:
+        self._values = sorted(
+            ((value, f"[secret {name}]") for name, value in values if value),
+            key=lambda pair: -len(pair[0]),
+        )
+
+    def __bool__(self) -> bool:
+        return bool(self._values)
+
+    def text(self, text: str) -> str:
+        for value, mark in self._values:
+            if value in text:
+                text = text.replace(value, mark)
+        return text
+
+    def data(self, data: bytes) -> bytes:
+        for value, mark in self._values:
+            raw = value.encode()
+            if raw in data:
+                data = data.replace(raw, mark.encode())
+        return data
+
+
+def masked_output(on_output: OutputCallback | None, mask: Masker) -> OutputCallback | None:
+    """A live output callback that gets each chunk masked. A value split across two chunks
+    reaches it unmasked (what is recorded and returned at the end is masked whole)."""
+    if on_output is None or not mask:
+        return on_output
+    callback = on_output
+
+    def masked(stream: str, data: bytes) -> None:
+        callback(stream, mask.data(data))
+
+    return masked
+
+
+def masker(team_id: int | None) -> Masker:
+    """The masker of every secret of the team: team-wide and each member's own."""
+    if team_id is None:
+        return Masker([])
+    values = []
+    for name, encrypted in EgressSecret.objects.filter(team_id=team_id).values_list(
+        "name", "value_encrypted"
+    ):
+        try:
+            values.append((name, crypto.decrypt(encrypted)))
+        except crypto.CredentialKeyError:  # unreadable here: nothing to mask it with
+            logger.warning("egress secret %s of team %s cannot be decrypted", name, team_id)
+    return Masker(values)
+
+
+def mask_secrets(team_id: int | None, user_id: int | None, text: str) -> str:
+    """`text` with every stored secret value of the team replaced by `[secret NAME]`.
+    user_id: kept for the contract; every member's values are masked, not only this one's."""
+    del user_id
+    return masker(team_id).text(text)
