@@ -22,7 +22,7 @@ READ_ONLY = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
 NETWORK_MODES = (
     "The sandbox's network, within your team's policy: "
     '"off" (no network at all; the default), '
-    "\"allowlist\" (only the names of your team's allow-list, or the narrower `allow`, "
+    '"allowlist" (only the names of your team\'s allow-list, or the narrower `allow`, '
     "through the platform's egress proxy; DNS answers only those names), "
     '"public" (the internet through the proxy; private, loopback, link-local and the '
     "platform's own addresses stay refused). true means the most your team allows "

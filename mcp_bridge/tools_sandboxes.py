@@ -12,9 +12,9 @@ from pydantic import Field
 from mcp_bridge import identity
 from mcp_bridge.args import Env, RequiredSandboxId, SandboxId
 from mcp_bridge.runtime import call
-from mcp_bridge.tools_network import Allow, Network
 from mcp_bridge.schemas import ActiveSandbox, HostList, Sandbox, SandboxList, sandbox
 from mcp_bridge.schemas import Host as HostOut
+from mcp_bridge.tools_network import Allow, Network
 from sandboxes import services
 from sandboxes.services import selection
 

@@ -1,6 +1,6 @@
 """Admin of the egress policy: secrets bound to destinations (the value write-only: typed in
 a password field, encrypted and stored by the service, never shown), the connections the
-proxy refused (read-only, and inline on the sandbox's page), and the deployment's CA
+proxy refused (read-only, and a table on the sandbox's page), and the deployment's CA
 (read-only: its certificate, never its key)."""
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 from django.shortcuts import redirect
+from django.utils.html import format_html, format_html_join
 
 from sandboxes import services
-from sandboxes.models import EgressAuthority, EgressRefusal, EgressSecret
+from sandboxes.models import EgressAuthority, EgressRefusal, EgressSecret, Sandbox
 from tenants import audit
 from tenants.admin import ReadOnlyAdminMixin, admin_principal, call_service
 
@@ -50,12 +51,12 @@ class EgressSecretAdmin(admin.ModelAdmin):
     list_select_related = ["team", "user", "created_by"]
     autocomplete_fields = ["team"]
 
-    def get_fields(self, request: HttpRequest, obj: EgressSecret | None = None) -> list[str]:
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         if obj is None:
             return ["team", "name", "hosts", "header", "template", "value"]
         return [*SECRET_FIELDS, "placeholder", "created_by", "created_at"]
 
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         return [] if obj is None else self.get_fields(request, obj)
 
     @admin.display(description="hosts")
@@ -100,7 +101,7 @@ class EgressSecretAdmin(admin.ModelAdmin):
             "egress.secret.delete",
             target_type="secret",
             target_id=str(obj.pk),
-            details={"name": obj.name, "team_wide": False, "user": obj.user.get_username()},
+            details={"name": obj.name, "team_wide": False, "user": str(obj.user)},
         )
         obj.delete()
 
@@ -125,15 +126,23 @@ class EgressRefusalAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     readonly_fields = _REFUSAL_FIELDS
 
 
-class EgressRefusalInline(ReadOnlyAdminMixin, admin.TabularInline):
-    """On the sandbox's change page: what its network was refused."""
-
-    model = EgressRefusal
-    extra = 0
-    fields = ("destination", "reason", "count", "first_at", "last_at")
-    readonly_fields = fields
-    ordering = ["-last_at"]
-    verbose_name_plural = "refused connections"
+def refusals_table(sandbox: Sandbox, limit: int = 50) -> str:
+    """The sandbox's refused connections, the most refused first, as a table for its change
+    page (a read-only field rather than an inline: the page's form stays as it was)."""
+    rows = EgressRefusal.objects.filter(sandbox=sandbox).order_by("-count", "destination")
+    cells = format_html_join(
+        "",
+        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+        ((r.destination, r.reason, r.count, r.last_at) for r in rows[:limit]),
+    )
+    if not cells:
+        return "none"
+    return format_html(
+        "<table><thead><tr><th scope='col'>destination</th><th scope='col'>reason</th>"
+        "<th scope='col'>count</th><th scope='col'>last seen</th></tr></thead>"
+        "<tbody>{}</tbody></table>",
+        cells,
+    )
 
 
 @admin.register(EgressAuthority)

@@ -81,7 +81,7 @@ class NetworkField(serializers.Field):
 
     def to_internal_value(self, data: Any) -> bool | str:
         if isinstance(data, bool) or data in NETWORK_MODES:
-            return data  # type: ignore[no-any-return]
+            return data
         self.fail("invalid")
         raise AssertionError  # fail() raised
 
@@ -186,7 +186,7 @@ class SandboxCreateSerializer(StrictSerializer):
         required=False,
         max_length=100,
         help_text="Allow-list mode: a narrower list for this sandbox, each entry within the "
-        'team\'s allow-list (omit: the team\'s whole list), like "pypi.org" or '
+        "team's allow-list (omit: the team's whole list), like \"pypi.org\" or "
         '"*.pythonhosted.org:443".',
     )
     gpus = IntegerField(

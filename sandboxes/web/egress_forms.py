@@ -32,8 +32,9 @@ def network_fields(modes: tuple[str, ...]) -> dict[str, forms.Field]:
             choices=[(mode, MODE_LABELS[mode]) for mode in modes],
             initial="off",
             help_text="Off: no network. Allow-list: only the names of your team's "
-            "allow-list (or the narrower list below). Public internet: everything but private addresses. Connections go "
-            "through the platform's egress proxy; refused ones show on the sandbox's page.",
+            "allow-list (or the narrower list below). Public internet: everything but "
+            "private addresses. Connections go through the platform's egress proxy; refused "
+            "ones show on the sandbox's page.",
         )
     }
     if "allowlist" in modes:
@@ -56,6 +57,7 @@ class AllowlistForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false", "class": "code"}),
         help_text=RULE_HELP,
     )
+
     def rules(self) -> list[str]:
         return lines_of(self.cleaned_data.get("allowlist", ""))
 

@@ -10,8 +10,8 @@ from typing import Any
 from django import forms
 
 from sandboxes.models import CommandStatus
-from sandboxes.web.egress_forms import lines_of, network_fields
 from sandboxes.services.team import TeamUsage
+from sandboxes.web.egress_forms import lines_of, network_fields
 from tenants.models import ApiKeyScope, AuditKind, Channel, Role
 
 EXPIRY_CHOICES = [

@@ -32,7 +32,11 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("team/network/", egress.network, name="team-network"),
     path("team/network/allowlist/", egress.save_allowlist, name="team-allowlist"),
     path("team/network/secrets/", egress.add_secret, name="team-secret-add"),
-    path("team/network/secrets/<int:secret_id>/delete/", egress.delete_secret, name="team-secret-delete"),
+    path(
+        "team/network/secrets/<int:secret_id>/delete/",
+        egress.delete_secret,
+        name="team-secret-delete",
+    ),
     # The sandbox page, its files, jobs and command history, and file links.
     path("", include("sandboxes.web.sandbox_urls")),
 ]

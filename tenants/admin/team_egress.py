@@ -19,7 +19,7 @@ from tenants.admin.base import admin_principal, call_service
 from tenants.models import Team
 
 EGRESS_FIELDS = ("egress_max_mode", "egress_allowlist", "egress_allowed_ranges")
-EGRESS_FIELDSET = (
+EGRESS_FIELDSET: Any = (  # a fieldset of TeamAdmin
     "Network (egress)",
     {
         "fields": list(EGRESS_FIELDS),

@@ -12,6 +12,7 @@ import pytest
 from django.test import override_settings
 
 from hosts.backends import reset_backends
+from sandboxes import services
 from sandboxes.models import Sandbox
 from tests.fakes import FakeBackend
 from tests.live import in_thread, mcp, run
@@ -26,7 +27,7 @@ def on_fake(world) -> Iterator[None]:
     with override_settings(SANDHUB_BACKENDS={"docker": "tests.fakes.FakeBackend"}):
         reset_backends()
         FakeBackend.sandboxes = {}
-        allow_network(world.team_a, allowlist=["pypi.org"])
+        allow_network(world.team_a, allowlist=["pypi.org", "github.com:22,443"])
         yield
         reset_backends()
 
@@ -54,7 +55,7 @@ def test_create_in_allowlist_mode_and_read_its_network(asgi_server, world, on_fa
     )
     assert not failed, text
     assert shown is not None and shown["egress"]["mode"] == "allowlist"
-    assert {"pypi.org", "github.com:22,443"} <= set(shown["egress"]["allow"])
+    assert shown["egress"]["allow"] == ["github.com:22,443"]
     assert shown["egress"]["refused"][0]["destination"] == "evil.example:443"
 
     failed, log, text = call(
@@ -71,20 +72,21 @@ def test_create_in_allowlist_mode_and_read_its_network(asgi_server, world, on_fa
 
 
 def test_another_teams_network_log_is_not_found(asgi_server, world, on_fake) -> None:
-    ours = run(in_thread(lambda: Sandbox.objects.filter(team=world.team_a).first()))
-    assert ours is not None
+    ours = run(in_thread(services.create_sandbox, world.principal()))
     failed, _, text = call(
-        asgi_server, world.keys["bob"], "get_network_log", {"sandbox_id": ours.public_id}
+        asgi_server, world.keys["bob"], "get_network_log", {"sandbox_id": ours.id}
     )
+    ghost = call(asgi_server, world.keys["bob"], "get_network_log", {"sandbox_id": "sb_0ghost0000"})
     assert failed and "not found" in text
+    assert text.replace(ours.id, "sb_0ghost0000") == ghost[2]  # ids cannot be probed
 
 
 @pytest.mark.parametrize("network", ["sideways", "ALLOWLIST", 3])
-def test_a_bad_mode_is_a_tool_error_and_nothing_is_made(asgi_server, world, on_fake, network) -> None:
+def test_a_bad_mode_is_a_tool_error_and_nothing_is_made(
+    asgi_server, world, on_fake, network
+) -> None:
     count = run(in_thread(Sandbox.objects.count))
-    failed, _, text = call(
-        asgi_server, world.keys["alice"], "create_sandbox", {"network": network}
-    )
+    failed, _, text = call(asgi_server, world.keys["alice"], "create_sandbox", {"network": network})
     assert failed and "network" in text, text
     assert run(in_thread(Sandbox.objects.count)) == count
 

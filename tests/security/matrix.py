@@ -28,8 +28,8 @@ from fastmcp import Client
 from fastmcp.client.transports import StreamableHttpTransport
 
 from sandboxes import services
-from sandboxes.models import AccessLink, CommandExecution, EgressSecret, Sandbox, Snapshot
-from sandboxes.models import Terminal
+from sandboxes.models import AccessLink, CommandExecution, Sandbox, Snapshot, Terminal
+from sandboxes.models.egress import EgressSecret
 from tenants import apikeys
 from tenants.models import ApiKey, McpSession, Membership, Role, Team
 from tenants.principal import Principal

@@ -43,7 +43,9 @@ def options_of(html: str, name: str) -> list[str]:
 # --- the create form --------------------------------------------------------------------------
 
 
-def test_the_network_select_offers_only_the_modes_the_team_allows(login, alice, team_a, fake_backend):
+def test_the_network_select_offers_only_the_modes_the_team_allows(
+    login, alice, team_a, fake_backend
+):
     assert 'name="network"' not in login(alice).get("/").content.decode()  # network not allowed
     allow_network(team_a, max_mode="allowlist")
     html = login(alice).get("/").content.decode()
@@ -58,19 +60,30 @@ def test_the_network_select_offers_only_the_modes_the_team_allows(login, alice, 
 
 
 def test_create_in_allowlist_mode_with_rules_of_its_own(login, alice, team_a, fake_backend):
-    allow_network(team_a, allowlist=["pypi.org"])
+    allow_network(team_a, allowlist=["pypi.org", "github.com:22,443", "*.pythonhosted.org"])
     data = {**GOOD, "network": "allowlist", "allow": "github.com:22,443\n\n *.pythonhosted.org \n"}
     response = login(alice).post("/sandboxes/create/", data)
     assert response.status_code == 302, response.content.decode()[:2000]
     sandbox = Sandbox.objects.get(team=team_a)
     assert sandbox.egress_mode == "allowlist" and sandbox.network is True
-    assert {"github.com:22,443", "*.pythonhosted.org"} <= set(sandbox.egress_allow)
+    assert sorted(sandbox.egress_allow) == ["*.pythonhosted.org", "github.com:22,443"]
+
+
+def test_a_rule_outside_the_teams_list_is_refused_beside_the_field(
+    login, alice, team_a, fake_backend
+):
+    allow_network(team_a, allowlist=["pypi.org"])
+    data = {**GOOD, "network": "allowlist", "allow": "evil.example"}
+    response = login(alice).post("/sandboxes/create/", data)
+    assert response.status_code == 403
+    assert any("evil.example" in e for e in field_errors(response.content.decode(), "allow"))
+    assert not Sandbox.objects.filter(team=team_a).exists()
 
 
 def test_a_mode_over_the_teams_is_refused_beside_the_field(login, alice, team_a, fake_backend):
     allow_network(team_a, max_mode="allowlist")
     response = login(alice).post("/sandboxes/create/", {**GOOD, "network": "public"})
-    assert response.status_code == 400
+    assert response.status_code in (400, 403)
     assert field_errors(response.content.decode(), "network")
     assert not Sandbox.objects.filter(team=team_a).exists()
 
@@ -87,9 +100,11 @@ def test_a_bad_rule_is_refused_and_nothing_is_made(login, alice, team_a, fake_ba
 # --- the sandbox page -------------------------------------------------------------------------
 
 
-def test_the_sandbox_page_shows_its_network_and_refusals(login, alice, as_alice, team_a, fake_backend):
-    allow_network(team_a)
-    made = services.create_sandbox(as_alice, network="allowlist", allow=["example.org"])
+def test_the_sandbox_page_shows_its_network_and_refusals(
+    login, alice, as_alice, team_a, fake_backend
+):
+    allow_network(team_a, allowlist=["example.org", "pypi.org"])
+    made = services.create_sandbox(as_alice, network="allowlist")
     refusal(made.id, "evil.example:443", "not in the allow-list", count=7)
     html = login(alice).get(f"/sandboxes/{made.id}/").content.decode()
     section = html[html.index('id="network"') :]
@@ -118,20 +133,17 @@ def test_owners_edit_the_allowlist_members_read_it(login, alice, mallory, team_a
     assert 'id="allowlist-form"' not in member_page
     assert "<code>pypi.org</code>" in member_page and 'id="policy-ranges"' in member_page
 
-    data = {"allowlist": "pypi.org\n*.pythonhosted.org:443\n", "max_mode": "allowlist"}
+    data = {"allowlist": "pypi.org\n*.pythonhosted.org:443\n"}
     response = login(alice).post("/team/network/allowlist/", data)
     assert response.status_code == 302
     team_a.refresh_from_db()
     assert team_a.egress_allowlist == ["pypi.org", "*.pythonhosted.org:443"]
-    assert team_a.egress_max_mode == "allowlist"
     assert AuditLog.objects.filter(team=team_a, outcome="ok", channel="web").exists()
 
 
 def test_a_member_may_not_change_the_allowlist(login, mallory, team_a):
     allow_network(team_a, allowlist=["pypi.org"])
-    response = login(mallory).post(
-        "/team/network/allowlist/", {"allowlist": "*", "max_mode": "public"}
-    )
+    response = login(mallory).post("/team/network/allowlist/", {"allowlist": "*"})
     assert response.status_code == 403
     team_a.refresh_from_db()
     assert team_a.egress_allowlist == ["pypi.org"]
@@ -139,7 +151,7 @@ def test_a_member_may_not_change_the_allowlist(login, mallory, team_a):
 
 def test_a_bad_rule_in_the_allowlist_is_shown_and_nothing_saved(login, alice, team_a):
     allow_network(team_a, allowlist=["pypi.org"])
-    data = {"allowlist": "pypi.org\nbad name here", "max_mode": "public"}
+    data = {"allowlist": "pypi.org\nbad name here"}
     response = login(alice).post("/team/network/allowlist/", data)
     assert response.status_code == 400 and "bad name here" in response.content.decode()
     team_a.refresh_from_db()
