@@ -151,7 +151,7 @@ def _execute(
     sandbox = running_sandbox(principal, sandbox_id, WRITE, "run commands")
     # A stored secret's value in the command or its output is recorded and returned masked.
     mask = masking.masker(sandbox.team_id)
-    display = mask.text(display)
+    recorded = mask.text(display)  # what is run stays as given
     on_output = masking.masked_output(on_output, mask)
 
     execution = CommandExecution.objects.create(
@@ -159,14 +159,14 @@ def _execute(
         actor=principal.user,
         channel=principal.channel,
         kind=kind,
-        command=display,
+        command=recorded,
         cwd=cwd,
         session=session or "",
         timeout_seconds=seconds,
         status=CommandStatus.RUNNING,
         started_at=timezone.now(),
     )
-    current().details.update({"command_id": execution.pk, "command": display[:500]})
+    current().details.update({"command_id": execution.pk, "command": recorded[:500]})
     refuse_if_paused_meanwhile(execution, sandbox)
     started = time.monotonic()
     try:
