@@ -355,11 +355,12 @@ def populate(principal: Principal, secret: str) -> dict[str, Any]:
     snapshot = services.snapshot_sandbox(principal, sandbox.id, name)
     terminal = services.open_terminal(principal, sandbox.id)
     services.run_command(principal, sandbox.id, "true", session="main")  # a shell session
-    role = Membership.objects.get(user=principal.user, team=principal.team).role
-    bound = services.add_secret(  # its value: the text no answer may show; every member's
-        principal, name=f"MATRIX_{secrets.token_hex(3)}", hosts=["api.example"], value=secret,
-        team_wide=role in (Role.OWNER, Role.ADMIN),
-    )  # fmt: skip
+    bound = services.add_secret(  # its value: the text no answer may show
+        principal,
+        name=f"MATRIX_{secrets.token_hex(3)}",
+        hosts=["api.example"],
+        value=secret.strip(),
+    )
     return {
         "secret": bound.id,
         "terminal": terminal.id,
