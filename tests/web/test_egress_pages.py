@@ -179,12 +179,19 @@ def test_a_refused_secret_does_not_echo_its_value(login, alice, team_a):
     assert not EgressSecret.objects.exists()
 
 
-def test_a_member_stores_an_own_secret_a_viewer_none(login, mallory, victor, team_a):
+def test_a_member_stores_an_own_secret_a_viewer_none(login, mallory, victor, team_a, as_alice):
     assert login(mallory).post("/team/network/secrets/", SECRET).status_code == 302
     assert EgressSecret.objects.get(team=team_a).user == mallory
+    services.add_secret(as_alice, name="SHARED", hosts=["a.example"], value="x", team_wide=True)
+    page = login(mallory).get("/team/network/").content.decode()
+    own, shared = page.index('data-name="OPENAI_API_KEY"'), page.index('data-name="SHARED"')
+    rows = sorted([(own, "own"), (shared, "shared")])
+    cut = {name: page[start : start + 1500].split("</tr>")[0] for start, name in rows}
+    assert "delete-secret" in cut["own"] and "delete-secret" not in cut["shared"]
+    assert 'name="team_wide"' not in page  # only owners and admins store team-wide ones
     response = login(victor).post("/team/network/secrets/", {**SECRET, "name": "OTHER"})
     assert response.status_code == 403
-    assert EgressSecret.objects.count() == 1
+    assert EgressSecret.objects.count() == 2
 
 
 def test_delete_a_secret_and_another_teams_is_not_found(login, alice, bob, as_alice, as_bob):
