@@ -141,6 +141,31 @@ def response_headers(headers: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes
     return [(name, value) for name, value in headers if name.lower() not in HOP_BY_HOP]
 
 
+def fixed_length(response: h11.Response, method: bytes) -> int | None:
+    """The body length a response declares by Content-Length alone (None: no body, or
+    framed otherwise: h11 reads those)."""
+    if method == b"HEAD" or response.status_code in (204, 304):
+        return None
+    lengths = []
+    for name, value in response.headers:
+        if name == b"transfer-encoding":
+            return None
+        if name == b"content-length":
+            lengths.append(value)
+    if len(lengths) != 1 or not lengths[0].isdigit():
+        return None
+    return int(lengths[0])
+
+
+def keeps_alive(message: h11.Request | h11.Response) -> bool:
+    """Whether the sender keeps its connection open after this message (HTTP/1.1 without
+    `Connection: close`, as h11 decides)."""
+    if message.http_version != b"1.1":
+        return False
+    tokens = b",".join(value for name, value in message.headers if name == b"connection")
+    return b"close" not in [token.strip().lower() for token in tokens.split(b",")]
+
+
 def refusal_bytes(connection: h11.Connection, refusal: Refused) -> bytes:
     """A short text/plain answer that ends the connection (no request header echoed)."""
     body = (refusal.message.replace("\r", " ").replace("\n", " ") + "\n").encode("utf-8", "replace")

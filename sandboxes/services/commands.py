@@ -109,9 +109,10 @@ def install_packages(
             raise InvalidInput("index_url must be an http(s) URL")
         argv += ["--index-url", validation.no_nul(index_url, "index_url")]
     argv += requirements
-    current().details["packages"] = requirements
     current().target("sandbox", sandbox_id)
     sandbox = access.get_sandbox(principal, sandbox_id, WRITE, "run commands")
+    mask = masking.masker(sandbox.team_id)  # a requirement may carry a URL's credential
+    current().details["packages"] = [mask.text(requirement) for requirement in requirements]
     pip.refuse_without_network(sandbox, index_url)  # before pip retries its way to a riddle
     return _execute(
         principal,

@@ -30,6 +30,8 @@ T = TypeVar("T")
 # The engine on this machine: the proxy and its firewall rules are here, so only its
 # sandboxes are found by their address (any other's connection would not come from it).
 LOCAL_ENGINE_PREFIXES = ("unix://", "npipe://")
+# What a missing sandbox's token is compared with (no token matches it: see _by_token).
+_NO_TOKEN = b"\x00no token"
 
 
 def _fresh(fn: Callable[[], T]) -> T:
@@ -86,9 +88,9 @@ def _by_token(sandbox_id: str, token: str) -> SandboxPolicy | None:
     )
     expected = sandbox.egress_token if sandbox is not None else ""
     # Compared whatever was found, in constant time: a wrong id and a wrong token look alike.
-    if not hmac.compare_digest(expected.encode() or b"\x00", token.encode()):
+    matches = hmac.compare_digest(expected.encode() or _NO_TOKEN, token.encode())
+    if sandbox is None or not expected or not matches:
         return None
-    assert sandbox is not None
     return policy_of(sandbox)
 
 

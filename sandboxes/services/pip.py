@@ -60,6 +60,12 @@ def with_network_hint(sandbox: Sandbox, index_url: str | None, result: ExecResul
         return result
     if _on_loopback(index_url):
         where = f"nothing in the sandbox answers at {index_url}"
+    elif sandbox.egress_mode == "allowlist":
+        allowed = ", ".join(sandbox.egress_allow) or "nothing"
+        where = (
+            f"the sandbox reaches only its allow-list ({allowed}); pip needs the index's host "
+            "on it (PyPI: pypi.org and files.pythonhosted.org)"
+        )
     elif sandbox.network:
         where = (
             "the sandbox's network is on, but the index is not reachable from it (the host's "

@@ -51,7 +51,28 @@ class Recorder(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self._record(b"")
-        self._answer()
+        kind, _, size = self.path.strip("/").partition("/")
+        if kind in ("bytes", "chunked") and size.isdigit():
+            self._pattern(int(size), chunked=kind == "chunked")
+        else:
+            self._answer()
+
+    def _pattern(self, size: int, chunked: bool) -> None:
+        """`size` bytes of pattern(size), by Content-Length or chunked in 64 KiB pieces."""
+        body = pattern(size)
+        self.send_response(200)
+        self.send_header(
+            "Transfer-Encoding" if chunked else "Content-Length",
+            "chunked" if chunked else str(size),
+        )
+        self.end_headers()
+        if not chunked:
+            self.wfile.write(body)
+            return
+        for start in range(0, size, 65536):
+            piece = body[start : start + 65536]
+            self.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+        self.wfile.write(b"0\r\n\r\n")
 
     def do_POST(self) -> None:
         expected = int(self.headers.get("Content-Length", "0"))
@@ -76,6 +97,11 @@ class Recorder(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:
         pass
+
+
+def pattern(size: int) -> bytes:
+    """Bytes whose every position is checked (a shifted or dropped chunk shows)."""
+    return (bytes(range(251)) * (size // 251 + 1))[:size]
 
 
 class Upstream(ThreadingHTTPServer):

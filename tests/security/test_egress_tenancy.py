@@ -28,9 +28,11 @@ READS: dict[str, Call] = {
 WRITES: dict[str, Call] = {
     "delete_secret": lambda p, ids: services.delete_secret(p, ids["secret"]),
     "delete_own_secret": lambda p, ids: services.delete_secret(p, ids["own_secret"]),
-    "add_secret": lambda p, ids: services.add_secret(p, name="NEW", hosts=["a.test"], value="v123"),
+    "add_secret": lambda p, ids: services.add_secret(
+        p, name="NEW", hosts=["a.test"], value="v123456"
+    ),
     "add_team_secret": lambda p, ids: services.add_secret(
-        p, name="NEW", hosts=["a.test"], value="v123", team_wide=True
+        p, name="NEW", hosts=["a.test"], value="v123456", team_wide=True
     ),
     "set_team_egress": lambda p, ids: services.set_team_egress(p, allowlist=["a.test"]),
     "create_allowlist": lambda p, ids: services.create_sandbox(p, network="allowlist"),
@@ -43,8 +45,10 @@ def ids(fake_backend, as_alice, team_a, team_b) -> dict[str, Any]:
         team.allow_network = True
         team.egress_allowlist = ["pypi.org"]
         team.save()
-    secret = services.add_secret(as_alice, name="K", hosts=["a.test"], value="v1", team_wide=True)
-    own = services.add_secret(as_alice, name="OWN", hosts=["a.test"], value="v2")
+    secret = services.add_secret(
+        as_alice, name="K", hosts=["a.test"], value="v1-secret", team_wide=True
+    )
+    own = services.add_secret(as_alice, name="OWN", hosts=["a.test"], value="v2-secret")
     sandbox = services.create_sandbox(as_alice, network="off")
     return {"sandbox": sandbox.id, "secret": secret.id, "own_secret": own.id}
 

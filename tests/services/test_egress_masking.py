@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from sandboxes import services
-from sandboxes.models import CommandExecution
+from sandboxes.models import CommandExecution, EgressAuthority
 from sandboxes.services.masking import Masker
 from tenants.models import AuditLog
 
@@ -77,3 +77,15 @@ def test_a_session_runs_the_command_as_given_and_records_it_masked(sandbox_id, a
     result = services.run_command(as_alice, sandbox_id, "echo $TOKEN", session="work")
     assert result.stdout == "[secret TEAM_KEY]\n"  # the shell got the value, the record not
     assert not CommandExecution.objects.filter(command__contains=VALUE).exists()
+
+
+def test_a_requirement_carrying_a_value_is_masked(fake_backend, as_alice, team_a, sandbox_id):
+    team_a.allow_network = True
+    team_a.save()
+    EgressAuthority.objects.create(cert_pem="unused", key_encrypted="unused")
+    networked = services.create_sandbox(as_alice, network="public").id
+    result = services.install_packages(as_alice, networked, [VALUE])
+    assert VALUE not in result.command and "[secret TEAM_KEY]" in result.command
+    audit = AuditLog.objects.filter(action="command.install").last()
+    assert audit is not None and audit.details["packages"] == ["[secret TEAM_KEY]"]
+    assert VALUE not in str(audit.details)

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from hosts.backends.base import ExecResult
 from sandboxes import services
 from sandboxes.contract.errors import InvalidInput, PermissionDenied
 from sandboxes.models import EgressRefusal, Sandbox, WarmContainer
+from sandboxes.services.pip import with_network_hint
 from tenants.models import AuditLog
 from tests.services.conftest import TEAM_LIST
 
@@ -162,3 +164,10 @@ def test_get_sandbox_shows_the_most_refused(fake_backend, as_alice, as_victor, n
 def test_network_sandboxes_take_no_pool_member(fake_backend, as_alice, networked_teams):
     info = services.create_sandbox(as_alice, network="public")
     assert not WarmContainer.objects.filter(sandbox__public_id=info.id).exists()
+
+
+def test_pip_failing_in_an_allowlist_sandbox_says_what_the_list_needs():
+    failed = ExecResult(1, b"", b"ProxyError('403 Forbidden')", 0, 27, False, False, False, 1.0)
+    sandbox = Sandbox(network=True, egress_mode="allowlist", egress_allow=["github.com"])
+    hint = with_network_hint(sandbox, None, failed).stderr.decode()
+    assert "reaches only its allow-list (github.com)" in hint and "pypi.org" in hint

@@ -9,6 +9,7 @@ from sandboxes import services
 from sandboxes.contract.errors import Conflict, InvalidInput, NotFound, PermissionDenied
 from sandboxes.models import EgressSecret
 from tenants.models import AuditLog
+from tenants.principal import Principal
 
 pytestmark = pytest.mark.django_db
 
@@ -80,6 +81,7 @@ def test_another_teams_secret_is_not_found(as_alice, as_bob):
     [
         ({"value": ""}, "non-empty"),
         ({"value": "x" * 4097}, "at most 4096 bytes"),
+        ({"value": "short"}, "at least 6 characters"),
         ({"value": "two\nlines"}, "one line"),
         ({"value": 42}, "non-empty string"),
         ({"name": "1ABC"}, "environment variable name"),
@@ -110,3 +112,11 @@ def test_a_name_once_per_scope(as_alice, as_mallory):
     add(as_mallory)  # his own of the same name
     add(as_alice, team_wide=True)  # and the team's
     assert EgressSecret.objects.count() == 3
+
+
+def test_platform_admins_see_and_delete_every_secret_of_the_team(as_mallory, team_a):
+    own = add(as_mallory)
+    system = Principal.system(team_a)
+    assert [s.id for s in services.list_secrets(system)] == [own.id]
+    services.delete_secret(system, own.id)
+    assert not EgressSecret.objects.exists()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from django.db import connection, connections
 
 from hosts.models import Host
 from sandboxes import services
@@ -134,3 +135,28 @@ def test_network_log(two, as_alice, as_victor, as_bob):
     with pytest.raises(NotFound):
         services.network_log(as_bob, a.public_id)
     assert AuditLog.objects.filter(action="egress.network_log", outcome="not_found").exists()
+
+
+def test_a_sandbox_without_a_token_is_never_found_by_one(two):
+    a, _ = two
+    Sandbox.objects.filter(pk=a.pk).update(egress_token="")
+    for guess in ("", "\x00", "\x00no token"):
+        assert SOURCE.by_token(a.public_id, guess) is None
+
+
+def test_a_worker_threads_connection_is_closed_after_each_call(two, transactional_db, monkeypatch):
+    """As a request's would be (with connections not kept between requests): nothing else
+    closes the connections of the proxy's worker threads."""
+    a, _ = two
+    monkeypatch.setitem(connections.settings["default"], "CONN_MAX_AGE", 0)
+    seen: list[object] = []
+
+    def worker() -> None:
+        seen.append(SOURCE.by_token(a.public_id, a.egress_token))
+        seen.append(connection.connection)  # this thread's, after the call
+        connection.close()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert seen[0] is not None and seen[1] is None

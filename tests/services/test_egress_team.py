@@ -101,3 +101,19 @@ def test_the_operators_name_map(monkeypatch):
             env_host_map("X_HOSTS")
     monkeypatch.delenv("X_HOSTS")
     assert env_host_map("X_HOSTS") == {}
+
+
+def test_a_concurrent_first_use_keeps_the_first_ca(db, monkeypatch):
+    """Another process makes the CA between this one's look and its insert: the insert
+    fails on the unique name and the other's CA is the one used."""
+    ca = pytest.importorskip("egress.ca")
+    real = ca.generate_ca
+    winner, _ = real("the other process's")
+
+    def generate_while_another_wins(common_name: str) -> tuple[str, str]:
+        EgressAuthority.objects.create(cert_pem=winner, key_encrypted="made elsewhere")
+        return real(common_name)
+
+    monkeypatch.setattr(ca, "generate_ca", generate_while_another_wins)
+    assert egress_ca.ca_certificate() == winner
+    assert EgressAuthority.objects.count() == 1
