@@ -182,7 +182,9 @@ def test_a_refused_secret_does_not_echo_its_value(login, alice, team_a):
 def test_a_member_stores_an_own_secret_a_viewer_none(login, mallory, victor, team_a, as_alice):
     assert login(mallory).post("/team/network/secrets/", SECRET).status_code == 302
     assert EgressSecret.objects.get(team=team_a).user == mallory
-    services.add_secret(as_alice, name="SHARED", hosts=["a.example"], value="x", team_wide=True)
+    services.add_secret(
+        as_alice, name="SHARED", hosts=["a.example"], value="shared-value", team_wide=True
+    )
     page = login(mallory).get("/team/network/").content.decode()
     own, shared = page.index('data-name="OPENAI_API_KEY"'), page.index('data-name="SHARED"')
     rows = sorted([(own, "own"), (shared, "shared")])
