@@ -107,8 +107,8 @@ def test_the_tools_say_what_the_modes_mean(asgi_server, world) -> None:
     tools = run(conversation())
     log = tools["get_network_log"]
     assert log.annotations is not None and log.annotations.read_only_hint is True
-    network = tools["create_sandbox"].inputSchema["properties"]["network"]
+    network = tools["create_sandbox"].input_schema["properties"]["network"]
     text = str(network)
     for mode in ("off", "allowlist", "public"):
         assert f'"{mode}"' in network["description"] and mode in text
-    assert "allow" in tools["create_sandbox"].inputSchema["properties"]
+    assert "allow" in tools["create_sandbox"].input_schema["properties"]
