@@ -11,7 +11,7 @@ from rest_framework.response import Response
 
 from sandboxes import services
 from sandboxes.api.base import TEAM_PARAM, ServiceView, errors, principal, valid
-from sandboxes.api.serializers import NETWORK_MODES, RestShape, StrictSerializer
+from sandboxes.api.serializers import RestShape, StrictSerializer
 from sandboxes.contract import egress_results as egress
 from sandboxes.contract.shapes import render
 
@@ -43,11 +43,6 @@ class TeamEgressChangeSerializer(StrictSerializer):
         max_length=MAX_RULES,
         help_text='The whole new allow-list: rules "name[:ports]", e.g. "pypi.org", '
         '"*.pythonhosted.org:443", "github.com:22,443".',
-    )
-    max_mode = serializers.ChoiceField(
-        choices=list(NETWORK_MODES),
-        required=False,
-        help_text="The most network a sandbox of the team may have: platform admins only.",
     )
 
 
@@ -113,16 +108,14 @@ class TeamEgressView(ServiceView):
     @extend_schema(
         summary="Change the team's allow-list (team owners and admins, a key with admin scope)",
         description="The most network mode (max_mode) and the address ranges a team may "
-        "reach are a platform administrator's to set.",
+        "reach are a platform administrator's to set, in the admin.",
         parameters=[TEAM_PARAM],
         request=TeamEgressChangeSerializer,
         responses={200: TeamEgressSerializer, **errors(400, 403)},
     )
     def patch(self, request: Request) -> Response:
         data = valid(TeamEgressChangeSerializer, request)
-        info = services.set_team_egress(
-            principal(request), allowlist=data.get("allowlist"), max_mode=data.get("max_mode")
-        )
+        info = services.set_team_egress(principal(request), allowlist=data.get("allowlist"))
         return Response(TeamEgressSerializer(render(TeamEgress, info)).data)
 
 
