@@ -71,8 +71,11 @@ def parse_proxy(url: str) -> Proxy:
 
 
 def read_all(sock: socket.socket, buffer: bytearray) -> int:
-    """Read until the server closes; the byte count (head included)."""
-    total = 0
+    """Read an answer until the server closes; the byte count (head included).
+    ConnectionError unless it is a 200."""
+    total = sock.recv_into(buffer)
+    if buffer[9:12] != b"200":
+        raise ConnectionError(f"not a 200 answer: {bytes(buffer[: min(total, 300)])!r}")
     while count := sock.recv_into(buffer):
         total += count
     return total

@@ -8,25 +8,38 @@ import base64
 import binascii
 import functools
 import socket
-from typing import TYPE_CHECKING
+import ssl
+from collections import Counter
+from typing import Protocol
 
 import h11
 
+from egress.bookkeeping import PolicyCache, RefusalCounts
+from egress.ca import CertificateAuthority
 from egress.http import Refused
 from egress.policy import SandboxPolicy, is_ip_literal, normalize_host
 from egress.ranges import Network, parse_ranges, refused_address
 from egress.relay import Channel, close_quietly, tune
-
-if TYPE_CHECKING:
-    from egress.server import EgressProxy
+from egress.resolver import Resolver
 
 CONNECT_TIMEOUT = 10.0
 MAX_PER_SANDBOX = 256
 AUTHENTICATE = (("Proxy-Authenticate", 'Basic realm="sandhub"'),)
 
 
+class ProxyState(Protocol):
+    """What a connection uses of the proxy (egress.server.EgressProxy)."""
+
+    policies: PolicyCache
+    refusals: RefusalCounts
+    resolver: Resolver
+    ca: CertificateAuthority
+    upstream_context: ssl.SSLContext
+    per_sandbox: Counter[str]  # open connections per sandbox id
+
+
 class Gate:
-    def __init__(self, proxy: EgressProxy, peer: str) -> None:
+    def __init__(self, proxy: ProxyState, peer: str) -> None:
         self.proxy = proxy
         self.peer = peer
         self.transparent = False  # found by source address only (no credentials)

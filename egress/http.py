@@ -175,7 +175,9 @@ def refusal_bytes(connection: h11.Connection, refusal: Refused) -> bytes:
         ("Connection", "close"),
         *refusal.headers,
     ]
-    data = connection.send(h11.Response(status_code=refusal.status, headers=headers)) or b""
+    reason = REASONS.get(refusal.status, "Error")
+    response = h11.Response(status_code=refusal.status, headers=headers, reason=reason)
+    data = connection.send(response) or b""
     data += connection.send(h11.Data(data=body)) or b""
     data += connection.send(h11.EndOfMessage()) or b""
     return data

@@ -10,7 +10,9 @@ address itself, so a second resolution can never point elsewhere.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import resource
 import socket
 import ssl
 from collections import Counter
@@ -68,6 +70,7 @@ class EgressProxy:
     async def start(self, host: str, port: int, dns_host: str, dns_port: int) -> None:
         loop = asyncio.get_running_loop()
         await asyncio.to_thread(local_addresses)  # read this machine's addresses once, now
+        raise_open_files_limit()
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._listener = socket.create_server((host, port), family=family, backlog=1024)
         self._listener.setblocking(False)
@@ -162,6 +165,16 @@ class EgressProxy:
         default_port = redirect.original_port(sock) or 80
         session = HttpSession(gate, Channel(sock, data), mode, default_port=default_port)
         await session.run()
+
+
+def raise_open_files_limit() -> None:
+    """A tunnel holds two sockets and two pipes: the usual soft limit of 1024 descriptors
+    would stop the proxy near 170 tunnels. Up to the hard limit (no privilege needed)."""
+    with contextlib.suppress(ValueError, OSError):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        wanted = 1 << 20 if hard == resource.RLIM_INFINITY else min(hard, 1 << 20)
+        if soft != resource.RLIM_INFINITY and soft < wanted:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
 
 async def read_head(sock: socket.socket, data: bytes) -> bytes | None:

@@ -58,7 +58,7 @@ class HttpSession:
         self._host = host
         self._policy = policy
         self._incoming = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
-        self._outgoing = h11.Connection(h11.CLIENT)
+        self._outgoing = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD)
         self._upstream_spent = False  # the upstream connection cannot carry another request
         self._method = b"GET"
         self._client_keeps_alive = True  # what the current request asked
@@ -123,7 +123,7 @@ class HttpSession:
         self._upstream = None
         self._upstream_key = None
         self._upstream_spent = False
-        self._outgoing = h11.Connection(h11.CLIENT)
+        self._outgoing = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD)
 
     async def _up(self, event: h11.Event) -> None:
         assert self._upstream is not None
@@ -189,7 +189,7 @@ class HttpSession:
             remaining -= len(chunk)
         extra = extra or bool(pending)
         await send(self._incoming, self._client, h11.EndOfMessage())
-        self._outgoing = h11.Connection(h11.CLIENT)
+        self._outgoing = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD)
         self._upstream_spent = extra or not keep_alive
 
     async def _splice_body(self, upstream: Channel, pending: bytes, length: int) -> bool:
@@ -212,7 +212,7 @@ class HttpSession:
             raise UpstreamGone() from error
         if moved < length:
             raise UpstreamGone()
-        self._outgoing = h11.Connection(h11.CLIENT)
+        self._outgoing = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD)
         leftover = self._incoming.trailing_data[0]  # a request the client pipelined
         self._incoming = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
         if leftover:  # (receive_data(b"") would mean the client closed)

@@ -71,7 +71,10 @@ async def connect_tunnel(gate: Gate, sock: socket.socket, head: bytes, rest: byt
 async def transparent_tls(gate: Gate, sock: socket.socket, first: bytes) -> None:
     """A client that connected to what DNS told it (the gateway), redirected here: the
     ClientHello's server name says where it meant to go."""
-    policy = await gate.by_address()
+    try:
+        policy = await gate.by_address()
+    except Refused:  # past its connections limit (counted)
+        return
     if policy is None:
         return
     async with asyncio.timeout(HEAD_TIMEOUT):

@@ -153,7 +153,7 @@ def _execute(
     # A stored secret's value in the command or its output is recorded and returned masked.
     mask = masking.masker(sandbox.team_id)
     recorded = mask.text(display)  # what is run stays as given
-    on_output = masking.masked_output(on_output, mask)
+    live = masking.masked_output(on_output, mask)
 
     execution = CommandExecution.objects.create(
         sandbox=sandbox,
@@ -180,7 +180,7 @@ def _execute(
                 env={**sandbox.env, **exec_env},
                 timeout=seconds,
                 output_cap=cap,
-                on_output=on_output,
+                on_output=live,
                 stdin=stdin,
             )
         else:
@@ -191,13 +191,16 @@ def _execute(
                 env={**sandbox.env, **exec_env},
                 timeout=seconds,
                 output_cap=cap,
-                on_output=on_output,
+                on_output=live,
                 stdin=stdin,
                 once=once,
             )
     except BackendError as exc:
         fail_execution(execution, sandbox, exc, time.monotonic() - started)
         raise BackendFailure(f"command could not run in sandbox {sandbox_id}: {exc}") from exc
+    finally:
+        if live is not None:
+            live.flush()  # what it held back, in case a value began there
     finished = _finished(execution, explain(result) if explain else result, mask)
     current().details.update({"status": execution.status, "exit_code": execution.exit_code})
     # The command's record and its audit row, in one transaction that holds the write lock

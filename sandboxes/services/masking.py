@@ -34,6 +34,22 @@ class Masker:
                 text = text.replace(value, mark)
         return text
 
+    def safe_cut(self, data: bytes) -> int:
+        """Where `data` may be cut so that no value is split and its end holds no beginning
+        of one: a value starting after the cut ends in what comes next."""
+        if not self._values:
+            return len(data)
+        raws = [value.encode() for value, _ in self._values]
+        cut = max(0, len(data) - (max(len(raw) for raw in raws) - 1))
+        moved = True
+        while moved:  # a value across the cut goes after it whole (which may split another)
+            moved = False
+            for raw in raws:
+                start = data.find(raw, max(0, cut - len(raw) + 1))
+                if start != -1 and start < cut:
+                    cut, moved = start, True
+        return cut
+
     def data(self, data: bytes) -> bytes:
         for value, mark in self._values:
             raw = value.encode()
@@ -42,17 +58,31 @@ class Masker:
         return data
 
 
-def masked_output(on_output: OutputCallback | None, mask: Masker) -> OutputCallback | None:
-    """A live output callback that gets each chunk masked. A value split across two chunks
-    reaches it unmasked (what is recorded and returned at the end is masked whole)."""
-    if on_output is None or not mask:
-        return on_output
-    callback = on_output
+class MaskedOutput:
+    """A live output callback that gets its chunks masked, a value split between two chunks
+    too: the bytes at a chunk's end that could begin a value are held back until the next
+    chunk of that stream, or until flush() (when the command ends)."""
 
-    def masked(stream: str, data: bytes) -> None:
-        callback(stream, mask.data(data))
+    def __init__(self, callback: OutputCallback, mask: Masker) -> None:
+        self._callback, self._mask = callback, mask
+        self._held: dict[str, bytes] = {}
 
-    return masked
+    def __call__(self, stream: str, data: bytes) -> None:
+        pending = self._held.pop(stream, b"") + data
+        cut = self._mask.safe_cut(pending)
+        if cut < len(pending):
+            self._held[stream] = pending[cut:]
+        if cut:
+            self._callback(stream, self._mask.data(pending[:cut]))
+
+    def flush(self) -> None:
+        held, self._held = self._held, {}
+        for stream, rest in held.items():
+            self._callback(stream, self._mask.data(rest))
+
+
+def masked_output(on_output: OutputCallback | None, mask: Masker) -> MaskedOutput | None:
+    return None if on_output is None else MaskedOutput(on_output, mask)
 
 
 def masker(team_id: int | None) -> Masker:

@@ -4,9 +4,11 @@ sockets, copied inside intercepted TLS, chunked through h11; keep-alive after ea
 from __future__ import annotations
 
 import socket
+import threading
 
 import pytest
 
+from egress.policy import parse_rule
 from tests.egress.conftest import SECRET, World
 from tests.egress.servers import pattern, read_answer, tunnel
 
@@ -105,3 +107,36 @@ def test_expect_100_continue_is_answered_by_the_proxy(world: World):
         sock.sendall(b"hello")
         assert read_answer(sock).endswith(b"hello from allowed.test")
     assert world.plain.requests[-1][2] == 5
+
+
+def test_close_delimited_answer_is_reframed_for_a_keep_alive_client(world: World):
+    """An HTTP/1.0 upstream that ends its body by closing: the client gets it chunked and
+    keeps its connection for the next request."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        world.source.addresses["127.0.0.1"] = world.allowlist(
+            rules=(parse_rule(f"allowed.test:{port},{world.plain.port}"),)
+        )
+
+        def answer_once() -> None:
+            accepted, _ = listener.accept()
+            with accepted:
+                while b"\r\n\r\n" not in accepted.recv(65536):
+                    pass
+                accepted.sendall(
+                    b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n" + pattern(5000)
+                )
+
+        server = threading.Thread(target=answer_once)
+        server.start()
+        with socket.create_connection(("127.0.0.1", world.port), timeout=10) as sock:
+            host = f"allowed.test:{port}"
+            sock.sendall(f"GET http://{host}/ HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += sock.recv(65536)
+            assert b"transfer-encoding: chunked" in head.lower()
+            assert read_chunked(sock, head) == pattern(5000)
+            other = f"allowed.test:{world.plain.port}"
+            assert get(sock, f"http://{other}/next", other).endswith(b"hello from allowed.test")
+        server.join(10)

@@ -33,7 +33,7 @@ def test_keep_alive_carries_several_requests_each_checked(world: World):
             )
             assert read_answer(sock).endswith(b"hello from allowed.test")
         sock.sendall(b"GET http://elsewhere.test/ HTTP/1.1\r\nHost: elsewhere.test\r\n\r\n")
-        assert read_answer(sock).startswith(b"HTTP/1.1 403 ")
+        assert read_answer(sock).startswith(b"HTTP/1.1 403 Forbidden\r\n")
     assert [path for path, _, _ in world.plain.requests] == ["/one", "/two"]
 
 

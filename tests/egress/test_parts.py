@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import ssl
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from egress.ca import CertificateAuthority, generate_ca
 from egress.policy import BoundSecret, SandboxPolicy, parse_rule
 from egress.ranges import parse_ranges, refused_address
+from egress.redirect import original_port
 from egress.tls import NotClientHello, parse_client_hello
 
 
@@ -160,3 +162,13 @@ def handshake(client: ssl.SSLContext, server: ssl.SSLContext, name: str) -> bool
         if done == 2:
             return True
     return False
+
+
+def test_a_connection_not_redirected_has_no_original_port():
+    with (
+        socket.create_server(("127.0.0.1", 0)) as listener,
+        socket.create_connection(listener.getsockname()),
+    ):
+        accepted, _ = listener.accept()
+        with accepted:
+            assert original_port(accepted) is None

@@ -3,12 +3,13 @@ real value on requests; the sandbox only ever holds the placeholder."""
 
 from __future__ import annotations
 
+import http.client
 import ssl
 
 import pytest
 
-from tests.egress.conftest import SECRET, World
-from tests.egress.servers import https_get, proxied_get, tunnel
+from tests.egress.conftest import SECRET, TOKEN, World
+from tests.egress.servers import basic, https_get, proxied_get, tunnel
 
 
 def issuer(sock: ssl.SSLSocket) -> str:
@@ -77,3 +78,18 @@ def test_upstream_failing_verification_closes_the_client(world: World):
     world.proxy.report_now()
     assert world.source.total() == {("sb-1", f"secret.test:{world.secret.port}", "upstream_tls"): 1}
     assert world.secret.requests == []
+
+
+def test_python_http_client_through_the_proxy_with_the_deployment_ca(world: World):
+    """A real client (http.client's tunnel: CONNECT as HTTP/1.0, no Host header)."""
+    context = world.client_context(world.proxy_ca)
+    connection = http.client.HTTPSConnection("127.0.0.1", world.port, context=context, timeout=10)
+    auth = {"Proxy-Authorization": basic("sb-1", TOKEN)}
+    connection.set_tunnel("secret.test", world.secret.port, headers=auth)
+    try:
+        connection.request("GET", "/models", headers={"Authorization": SECRET.placeholder})
+        response = connection.getresponse()
+        assert (response.status, response.read()) == (200, b"hello from secret.test")
+    finally:
+        connection.close()
+    assert world.secret.requests[-1][1]["Authorization"] == SECRET.value

@@ -7,7 +7,7 @@ import pytest
 
 from sandboxes import services
 from sandboxes.models import CommandExecution, EgressAuthority
-from sandboxes.services.masking import Masker
+from sandboxes.services.masking import MaskedOutput, Masker
 from tenants.models import AuditLog
 
 pytestmark = pytest.mark.django_db
@@ -89,3 +89,15 @@ def test_a_requirement_carrying_a_value_is_masked(fake_backend, as_alice, team_a
     audit = AuditLog.objects.filter(action="command.install").last()
     assert audit is not None and audit.details["packages"] == ["[secret TEAM_KEY]"]
     assert VALUE not in str(audit.details)
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 7, 64])
+def test_a_value_split_between_live_chunks_is_masked(size):
+    masker = Masker([("K", "secret-value"), ("S", "value-x")])
+    got: list[bytes] = []
+    live = MaskedOutput(lambda _, data: got.append(data), masker)
+    text = b"a secret-value, secret-value-x and value-x; secret-valu"
+    for start in range(0, len(text), size):
+        live("stdout", text[start : start + size])
+    live.flush()
+    assert b"".join(got) == b"a [secret K], [secret K]-x and [secret S]; secret-valu"
