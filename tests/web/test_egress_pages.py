@@ -166,6 +166,7 @@ def test_secrets_are_listed_without_their_values(login, alice, team_a):
     html = login(alice).get("/team/network/").content.decode()
     row = html[html.index('data-name="OPENAI_API_KEY"') :]
     assert "api.openai.com" in row and "Authorization" in row and "whole team" in row
+    assert secret.placeholder in row  # what a sandbox sees: usable where the value is not
     assert 'data-confirm="Delete the secret OPENAI_API_KEY?' in row
     assert 'type="password"' in html
     assert SECRET_VALUE not in html
