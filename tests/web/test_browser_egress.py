@@ -48,7 +48,10 @@ def team(live_db) -> Any:
     reset_backends()
 
 
-def test_the_allow_list_box_follows_the_network_select(asgi_server, team, chromium) -> None:
+def test_the_allow_list_box_follows_the_network_select(
+    asgi_server, team, chromium, screenshots
+) -> None:
+    print(f"\nscreenshots: {screenshots.directory}")
     context = chromium.new_context(viewport={"width": 1280, "height": 900})
     context.set_default_timeout(30_000)
     page = context.new_page()
@@ -64,6 +67,7 @@ def test_the_allow_list_box_follows_the_network_select(asgi_server, team, chromi
     allow.wait_for(state="hidden")  # "Off" is chosen: no list to give
     select.select_option("allowlist")
     allow.wait_for(state="visible")
+    screenshots(page, "create-form-allowlist")
     assert page.get_attribute("#id_network", "aria-describedby") == "id_network_helptext"
     page.fill("#id_name", "browser-net")
     page.fill("#id_allow", "github.com:22,443")
@@ -76,4 +80,8 @@ def test_the_allow_list_box_follows_the_network_select(asgi_server, team, chromi
     assert page.inner_text("#network-mode") == "Allow-list"
     assert "github.com:22,443" in page.inner_text("#network-allow")
     assert page.inner_text("#refused-none") == "No connection has been refused."
+    screenshots(page, "sandbox-page")
+    page.goto(f"{asgi_server}/team/network/")
+    assert "github.com:22,443" in page.input_value("#id_allowlist")
+    screenshots(page, "team-network")
     context.close()
