@@ -80,7 +80,7 @@ class TeamAdmin(admin.ModelAdmin):
         "allow_network",
         "created_at",
     ]
-    list_filter = ["allow_network", "allow_public_previews", "created_at"]
+    list_filter = ["allow_network", "egress_max_mode", "allow_public_previews", "created_at"]
     search_fields = ["slug", "name"]
     prepopulated_fields = {"slug": ["name"]}
     readonly_fields = ["created_at"]
