@@ -24,7 +24,7 @@ DOWNLOAD_URL = "HTTP download of the whole file (Bearer key or a signed-in brows
 
 _SANDBOX_FIELDS = (
     "id name status status_message image host team owner cpus memory_mb disk_mb network "
-    "created_at last_activity_at expires_at paused_at stopped_at selected"
+    "network_mode egress created_at last_activity_at expires_at paused_at stopped_at selected"
 )
 
 

@@ -25,6 +25,7 @@ from mcp_bridge import (
     tools_lifecycle,
     tools_links,
     tools_metrics,
+    tools_network,
     tools_previews,
     tools_sandboxes,
     tools_sessions,
@@ -52,7 +53,8 @@ stop_app to stop it); previews work even without network. To hand a person a fil
 them get_file_link's URL (no login needed; it expires; list_links and revoke_link manage
 them). snapshot_sandbox keeps a sandbox's files under a name (fork_sandbox branches one);
 create_sandbox(snapshot_id=...) starts a new sandbox from a snapshot. Sandboxes have no
-network unless your team allows it. Errors say what to change.
+network unless created with one (network "allowlist" with `allow`, or "public", within your
+team's policy); get_network_log lists what was refused. Errors say what to change.
 """
 
 
@@ -98,6 +100,7 @@ def build_server(auth: AuthProvider | None = None) -> FastMCP:
     tools_snapshots.register(mcp)
     tools_metrics.register(mcp)
     tools_sessions.register(mcp)
+    tools_network.register(mcp)
     resources.register(mcp)
     prompts.register(mcp)
     _serve_input_schemas(mcp)

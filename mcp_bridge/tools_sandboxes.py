@@ -14,6 +14,7 @@ from mcp_bridge.args import Env, RequiredSandboxId, SandboxId
 from mcp_bridge.runtime import call
 from mcp_bridge.schemas import ActiveSandbox, HostList, Sandbox, SandboxList, sandbox
 from mcp_bridge.schemas import Host as HostOut
+from mcp_bridge.tools_network import Allow, Network
 from sandboxes import services
 from sandboxes.services import selection
 
@@ -67,9 +68,8 @@ def register(mcp: FastMCP) -> None:
             Field(description="Deleted automatically after this long.", ge=1, le=525600),
         ] = None,
         env: Env = None,
-        network: Annotated[
-            bool | None, Field(description="Network access, if your team allows it.")
-        ] = None,
+        network: Network = None,
+        allow: Allow = None,
         gpus: Annotated[
             int | None,
             Field(
@@ -122,6 +122,7 @@ def register(mcp: FastMCP) -> None:
                 env=env,
                 lifetime_minutes=lifetime_minutes,
                 network=network,
+                allow=allow,
                 gpus=gpus,
                 snapshot=snapshot_id,
                 request_id=request_id,
@@ -152,7 +153,8 @@ def register(mcp: FastMCP) -> None:
 
     @mcp.tool(annotations=READ_ONLY)
     async def get_sandbox(sandbox_id: SandboxId = None) -> Sandbox:
-        """Show one sandbox: status, image, host, limits, last activity and expiry."""
+        """Show one sandbox: status, image, host, limits, last activity and expiry, and its
+        network (`egress`: the mode, the allow-list in force and the refused connections)."""
 
         def body() -> Sandbox:
             caller = identity.caller()

@@ -74,6 +74,7 @@ EXPECTED_TOOLS = {
     "delete_snapshot",
     "fork_sandbox",
     "get_sandbox_metrics",
+    "get_network_log",
     "list_sessions",
     "close_session",
 }

@@ -2,4 +2,13 @@
 history, the warm pool, previews and links (read-only). A module a topic; importing them
 registers them."""
 
-from sandboxes.admin import history, pool, previews, sandbox, snapshots, terminals, usage  # noqa: F401
+from sandboxes.admin import (  # noqa: F401
+    egress,
+    history,
+    pool,
+    previews,
+    sandbox,
+    snapshots,
+    terminals,
+    usage,
+)

@@ -13,6 +13,7 @@ from django.utils.html import format_html
 from hosts.admin.usage import UsageChartsAdmin
 from sandboxes import services
 from sandboxes.admin.deletion import DeleteThroughServiceMixin
+from sandboxes.admin.egress import refusals_table
 from sandboxes.admin.lifecycle import LIFECYCLE_ACTIONS, LifecycleActions
 from sandboxes.models import (
     Sandbox,
@@ -34,6 +35,9 @@ SANDBOX_READONLY_FIELDS = [
     "memory_mb",
     "pids_limit",
     "network",
+    "egress_mode",
+    "egress_allow",
+    "refused_connections",
     "gpus",
     "env_pretty",
     "backend_state_pretty",
@@ -78,6 +82,7 @@ class SandboxAdmin(UsageChartsAdmin, DeleteThroughServiceMixin, LifecycleActions
             "Limits",
             {"fields": ["cpus", "memory_mb", "pids_limit", "network", "gpus", "env_pretty"]},
         ),
+        ("Network", {"fields": ["egress_mode", "egress_allow", "refused_connections"]}),
         ("Usage", {"fields": ["usage_charts"]}),
         (
             "Times",
@@ -142,6 +147,10 @@ class SandboxAdmin(UsageChartsAdmin, DeleteThroughServiceMixin, LifecycleActions
                 )
             )
         )
+
+    @admin.display(description="refused connections")
+    def refused_connections(self, sandbox: Sandbox) -> str:
+        return refusals_table(sandbox)
 
     @admin.display(description="commands")
     def command_history(self, sandbox: Sandbox) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 import drf_pydantic
 from django.conf import settings
 from drf_pydantic.base_model import ModelMetaclass as DrfModelMetaclass
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from sandboxes.contract import results
@@ -58,6 +59,34 @@ class IntegerField(serializers.IntegerField):
         if isinstance(data, bool):
             self.fail("boolean")
         return super().to_internal_value(data)
+
+
+NETWORK_MODES = ("off", "allowlist", "public")
+
+
+@extend_schema_field(
+    {
+        "oneOf": [{"type": "boolean"}, {"type": "string", "enum": list(NETWORK_MODES)}],
+        "description": "off (no network), allowlist (only allowed names, through the egress "
+        "proxy) or public (the internet through the proxy; private ranges refused); true: "
+        "the most the team allows, false: off.",
+    }
+)
+class NetworkField(serializers.Field):
+    """A sandbox's network: true or false, or a mode's name."""
+
+    default_error_messages = {
+        "invalid": "Expected true, false, or one of: " + ", ".join(NETWORK_MODES) + "."
+    }
+
+    def to_internal_value(self, data: Any) -> bool | str:
+        if isinstance(data, bool) or data in NETWORK_MODES:
+            return data
+        self.fail("invalid")
+        raise AssertionError  # fail() raised
+
+    def to_representation(self, value: Any) -> Any:
+        return value
 
 
 # --- responses -------------------------------------------------------------------------------
@@ -151,7 +180,15 @@ class SandboxCreateSerializer(StrictSerializer):
     )
     env = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False)
     lifetime_minutes = IntegerField(required=False, min_value=1, max_value=525600)
-    network = serializers.BooleanField(required=False)
+    network = NetworkField(required=False)
+    allow = serializers.ListField(
+        child=serializers.CharField(max_length=260),
+        required=False,
+        max_length=100,
+        help_text="Allow-list mode: a narrower list for this sandbox, each entry within the "
+        "team's allow-list (omit: the team's whole list), like \"pypi.org\" or "
+        '"*.pythonhosted.org:443".',
+    )
     gpus = IntegerField(
         required=False,
         min_value=0,

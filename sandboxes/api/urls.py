@@ -3,6 +3,7 @@
 from django.urls import path
 
 from sandboxes.api import (
+    egress,
     files,
     lifecycle,
     links,
@@ -100,6 +101,12 @@ urlpatterns = [
         terminals.SessionDetailView.as_view(),
         name="session",
     ),
+    path(  # the egress policy (api/egress.py)
+        "sandboxes/<str:sandbox_id>/network/", egress.NetworkLogView.as_view(), name="network"
+    ),
+    path("team/egress/", egress.TeamEgressView.as_view(), name="team-egress"),
+    path("team/secrets/", egress.SecretListView.as_view(), name="team-secrets"),
+    path("team/secrets/<int:secret_id>/", egress.SecretDetailView.as_view(), name="team-secret"),
     path("commands/<int:command_id>/", views.CommandDetailView.as_view(), name="command"),
     path("run-once/", views.RunOnceView.as_view(), name="run-once"),
     path("hosts/", views.HostListView.as_view(), name="hosts"),

@@ -11,6 +11,7 @@ from django import forms
 
 from sandboxes.models import CommandStatus
 from sandboxes.services.team import TeamUsage
+from sandboxes.web.egress_forms import lines_of, network_fields
 from tenants.models import ApiKeyScope, AuditKind, Channel, Role
 
 EXPIRY_CHOICES = [
@@ -27,7 +28,9 @@ class CreateSandboxForm(forms.Form):
     """The team's limits are the fields' bounds, so a value over a limit is refused next to
     its field (and the browser's own check uses the same max)."""
 
-    def __init__(self, *args: Any, usage: TeamUsage, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, usage: TeamUsage, network_modes: tuple[str, ...] = ("off",), **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         over = {"max_value": "Your team's limit is %(limit_value)s."}
         self.fields.update(
@@ -79,12 +82,12 @@ class CreateSandboxForm(forms.Form):
                 ),
             }
         )
-        if usage.allow_network:  # a team that may not gets no control for it at all
-            self.fields["network"] = forms.BooleanField(
-                required=False,
-                label="Network access",
-                help_text="Reach the internet from the sandbox.",
-            )
+        if len(network_modes) > 1:  # a team that may not gets no control for it at all
+            self.fields.update(network_fields(network_modes))
+
+    def allow_rules(self) -> list[str] | None:
+        """The allow-list typed (one rule a line), or None when none was."""
+        return lines_of(self.cleaned_data.get("allow", "")) or None
 
 
 class ApiKeyForm(forms.Form):

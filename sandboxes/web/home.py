@@ -15,12 +15,15 @@ from sandboxes.contract.errors import InvalidInput, PermissionDenied, ServiceErr
 from sandboxes.contract.listing import SandboxPage
 from sandboxes.services.team import TeamUsage, team_usage
 from sandboxes.web.common import attach_error, refused
+from sandboxes.web.egress import network_modes
 from sandboxes.web.forms import CreateSandboxForm
-from sandboxes.web.principal import principal_for, team_required
+from sandboxes.web.principal import identity_for, principal_for, team_required
 from sandboxes.web.snapshots import snapshots_context
 
 # A create refusal naming one of these words is shown next to that field.
 CREATE_FIELDS = {
+    "allow:": "allow",  # a rule that is wrong, or outside the team's allow-list
+    "allow-list:": "allow",
     "image": "image",
     "cpus": "cpus",
     "memory": "memory_mb",
@@ -28,6 +31,7 @@ CREATE_FIELDS = {
     "lifetime": "lifetime_minutes",
     "minutes": "lifetime_minutes",
     "network": "network",
+    "rule": "allow",
     "name": "name",
 }
 
@@ -38,9 +42,10 @@ def home(request: HttpRequest) -> HttpResponse:
     principal = principal_for(request)
     try:
         usage = team_usage(principal)
+        modes = network_modes(principal, usage.allow_network)
     except ServiceError as exc:
         return refused(request, exc)
-    return _page(request, usage, CreateSandboxForm(usage=usage))
+    return _page(request, usage, CreateSandboxForm(usage=usage, network_modes=modes))
 
 
 @team_required
@@ -49,9 +54,10 @@ def create(request: HttpRequest) -> HttpResponse:
     principal = principal_for(request)
     try:
         usage = team_usage(principal)
+        modes = network_modes(principal, usage.allow_network)
     except ServiceError as exc:
         return refused(request, exc)
-    form = CreateSandboxForm(request.POST, usage=usage)
+    form = CreateSandboxForm(request.POST, usage=usage, network_modes=modes)
     status = 400
     if form.is_valid():
         data = form.cleaned_data
@@ -66,9 +72,13 @@ def create(request: HttpRequest) -> HttpResponse:
                 lifetime_minutes=data["lifetime_minutes"],
                 # No network field when the team may not: the team's default (off).
                 network=data["network"] if "network" in form.fields else None,
+                allow=form.allow_rules(),
             )
         except PermissionDenied as exc:
-            return refused(request, exc)  # a viewer has no form to show the message on
+            if not identity_for(request).can_write:
+                return refused(request, exc)  # a viewer has no form to show the message on
+            attach_error(form, exc, CREATE_FIELDS)  # a mode or a name the team does not allow
+            status = exc.http_status
         except ServiceError as exc:
             attach_error(form, exc, CREATE_FIELDS)
             status = exc.http_status

@@ -22,6 +22,8 @@ from sandboxes import services
 from sandboxes.contract.errors import ServiceError
 from sandboxes.contract.results import FileEntry, SandboxInfo
 from sandboxes.web.common import attach_error, paginate, query_without_page, refused
+from sandboxes.web.egress import sandbox_network
+from sandboxes.web.egress_forms import MODE_LABELS
 from sandboxes.web.links import links_context
 from sandboxes.web.previews_section import previews_context
 from sandboxes.web.principal import identity_for, principal_for, team_required
@@ -82,6 +84,7 @@ def render_page(
         **listing,
         **previews,
         **links_context(request, sandbox_id),
+        **sandbox_network(request, sandbox_id),
     }
     return render(request, "web/sandbox/page.html", context, status=status)
 
@@ -128,7 +131,7 @@ def _limits(info: SandboxInfo) -> list[tuple[str, str]]:
         ("Memory", f"{info.memory_mb} MB"),
         ("Disk (/workspace)", disk),
         ("Processes", str(info.pids_limit)),
-        ("Network", "yes" if info.network else "no"),
+        ("Network", MODE_LABELS.get(info.network_mode, info.network_mode)),
     ]
 
 

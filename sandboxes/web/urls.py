@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, include, path
 
-from sandboxes.web import account, deleted, home, hosts, keys, snapshots, team
+from sandboxes.web import account, deleted, egress, home, hosts, keys, snapshots, team
 
 app_name = "web"
 
@@ -29,6 +29,14 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("team/members/<int:membership_id>/remove/", team.remove_member, name="team-member-remove"),
     path("team/audit/", team.audit_log, name="team-audit"),
     path("team/commands/", team.commands, name="team-commands"),
+    path("team/network/", egress.network, name="team-network"),
+    path("team/network/allowlist/", egress.save_allowlist, name="team-allowlist"),
+    path("team/network/secrets/", egress.add_secret, name="team-secret-add"),
+    path(
+        "team/network/secrets/<int:secret_id>/delete/",
+        egress.delete_secret,
+        name="team-secret-delete",
+    ),
     # The sandbox page, its files, jobs and command history, and file links.
     path("", include("sandboxes.web.sandbox_urls")),
 ]

@@ -21,6 +21,12 @@ from tenants.admin.base import (  # re-exported: the other apps' admins import t
     pretty_json,
     truncated,
 )
+from tenants.admin.team_egress import (
+    EGRESS_FIELDSET,
+    egress_help,
+    keep_stored_egress,
+    save_egress,
+)
 from tenants.models import AuditLog, Membership, Team
 
 __all__ = ["ReadOnlyAdminMixin", "admin_principal", "pretty_json", "truncated"]
@@ -74,7 +80,7 @@ class TeamAdmin(admin.ModelAdmin):
         "allow_network",
         "created_at",
     ]
-    list_filter = ["allow_network", "allow_public_previews", "created_at"]
+    list_filter = ["allow_network", "egress_max_mode", "allow_public_previews", "created_at"]
     search_fields = ["slug", "name"]
     prepopulated_fields = {"slug": ["name"]}
     readonly_fields = ["created_at"]
@@ -108,6 +114,7 @@ class TeamAdmin(admin.ModelAdmin):
                 ]
             },
         ),
+        EGRESS_FIELDSET,
         ("Audit", {"fields": ["audit_views"]}),
         (
             "Lifetimes (minutes)",
@@ -130,6 +137,15 @@ class TeamAdmin(admin.ModelAdmin):
             },
         ),
     ]
+
+    def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        return egress_help(db_field, super().formfield_for_dbfield(db_field, request, **kwargs))
+
+    def save_model(self, request: HttpRequest, obj: Team, form: Any, change: bool) -> None:
+        # The egress fields of an existing team change through the services (audited).
+        asked = keep_stored_egress(obj, form) if change else {}
+        super().save_model(request, obj, form, change)
+        save_egress(self, request, obj, asked)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Team]:
         # One query for the member counts instead of one per row.

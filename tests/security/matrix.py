@@ -29,6 +29,7 @@ from fastmcp.client.transports import StreamableHttpTransport
 
 from sandboxes import services
 from sandboxes.models import AccessLink, CommandExecution, Sandbox, Snapshot, Terminal
+from sandboxes.models.egress import EgressSecret
 from tenants import apikeys
 from tenants.models import ApiKey, McpSession, Membership, Role, Team
 from tenants.principal import Principal
@@ -48,6 +49,7 @@ B_SB, B_CMD, B_JOB, A_SB, A_JOB = "<B_SB>", "<B_CMD>", "<B_JOB>", "<A_SB>", "<A_
 B_LINK = "<B_LINK>"  # a file link of team B's sandbox (its id: lnk_...)
 B_SNAP = "<B_SNAP>"  # a snapshot of team B's sandbox (its id: snap_...)
 B_TERM = "<B_TERM>"  # a terminal of team B's sandbox (its id: tm-...)
+B_SECRET = "<B_SECRET>"  # a secret of team B (egress; its id: a number)
 GHOST = {
     B_SB: "sb_0000ghost000",
     B_CMD: 2**62 + 1,
@@ -55,6 +57,7 @@ GHOST = {
     B_LINK: "lnk_0000ghost000",
     B_SNAP: "snap_0000ghost000",
     B_TERM: "tm-0000ghost000000000000000000000",
+    B_SECRET: 2**62 + 3,
 }
 ENGINES = ("team B", "team A")
 BACKENDS = {"fake": "tests.fakes.FakeBackend", "docker": "hosts.backends.docker.DockerBackend"}
@@ -70,6 +73,7 @@ TABLES: tuple[type[Any], ...] = (
     McpSession,
     Snapshot,
     Terminal,
+    EgressSecret,
 )
 # The MCP session every matrix client presents, so the selection is on the record too.
 SESSION = "security-matrix-session"
@@ -224,6 +228,7 @@ class Scene:
             B_LINK: self.foreign["link"],
             B_SNAP: self.foreign["snapshot"],
             B_TERM: self.foreign["terminal"],
+            B_SECRET: self.foreign["secret"],
             A_SB: self.own["sandbox"],
             A_JOB: self.own["job"],
         }
@@ -235,6 +240,7 @@ class Scene:
                     B_LINK: self.own["link"],
                     B_SNAP: self.own["snapshot"],
                     B_TERM: self.own["terminal"],
+                    B_SECRET: self.own["secret"],
                 }
             )
         return {**ids, **GHOST} if ghost else ids
@@ -349,7 +355,14 @@ def populate(principal: Principal, secret: str) -> dict[str, Any]:
     snapshot = services.snapshot_sandbox(principal, sandbox.id, name)
     terminal = services.open_terminal(principal, sandbox.id)
     services.run_command(principal, sandbox.id, "true", session="main")  # a shell session
+    bound = services.add_secret(  # its value: the text no answer may show
+        principal,
+        name=f"MATRIX_{secrets.token_hex(3)}",
+        hosts=["api.example"],
+        value=secret.strip(),
+    )
     return {
+        "secret": bound.id,
         "terminal": terminal.id,
         "sandbox": sandbox.id,
         "command": command.id,

@@ -28,7 +28,7 @@ from django.urls import URLPattern, get_resolver, reverse
 from fastmcp import Client
 
 from tests.live import run
-from tests.security import matrix, matrix_files, matrix_snapshots, matrix_terminals
+from tests.security import matrix, matrix_egress, matrix_files, matrix_snapshots, matrix_terminals
 from tests.security.matrix import A_SB, ACTORS, B_CMD, B_JOB, B_LINK, B_SB, engines_named
 from tests.security.matrix_tools import (
     REFUSED_WRITERS,
@@ -133,6 +133,7 @@ REST_CASES: dict[tuple[str, str], RestCase] = {
 REST_CASES.update(matrix_snapshots.rest_cases(RestCase))  # snapshots' routes
 REST_CASES.update(matrix_files.rest_cases(RestCase))  # delete, rename, new folder
 REST_CASES.update(matrix_terminals.rest_cases(RestCase))  # terminals' and sessions' routes
+REST_CASES.update(matrix_egress.rest_cases(RestCase))  # network log, team policy, secrets
 ROUTES = rest_routes()
 FAKE, DOCKER = ["fake"], [pytest.param("docker", marks=pytest.mark.docker)]
 BACKENDS = FAKE + DOCKER
@@ -206,7 +207,7 @@ def check_route(request, scene, http, route: tuple[str, str], actor: str) -> Non
         made_up = replace(case, json=scene.fill(case.json, ghost=True))
         answer = rest_call(http, key, method, name, real, scene.fill(variant))
         ghost = rest_call(http, key, method, name, made_up, scene.fill(variant, ghost=True))
-        own_sandbox = variant.get("sandbox_id") == A_SB
+        own_sandbox = variant.get("sandbox_id") == A_SB or route in matrix_egress.ROLE_FIRST
         refused = own_sandbox and actor in REFUSED_WRITERS and method in ("POST", "DELETE")
         assert answer.status_code == (403 if refused else 404), (variant, answer.text)
         assert "not found" in answer.text or refused, answer.text
@@ -283,6 +284,7 @@ TOOL_CASES: dict[str, ToolCase] = {
 }
 TOOL_CASES.update(matrix_snapshots.tool_cases(ToolCase, text_of))  # snapshots' tools
 TOOL_CASES.update(matrix_terminals.tool_cases(ToolCase))  # shell sessions' tools
+TOOL_CASES.update(matrix_egress.tool_cases(ToolCase))  # get_network_log
 
 
 async def tool_case(client, orm, scene, actor: str, name: str, case: ToolCase) -> list[str]:

@@ -223,7 +223,7 @@ def team_pages(page: Any, watch: Any, dialogs: Dialogs, server: str, prefix: str
 
     watch.visit(page, f"{server}/hosts/")
     assert_bars_drawn(page)
-    for path in ["/team/", "/team/audit/", "/team/commands/"]:
+    for path in ["/team/network/", "/team/", "/team/audit/", "/team/commands/"]:
         watch.visit(page, f"{server}{path}")
     assert "echo first" in page.inner_text("#command-table")
 

@@ -77,7 +77,7 @@ def test_create(login, alice, team_a, fake_backend):
 def test_create_with_network_where_allowed(login, alice, team_a, fake_backend):
     team_a.allow_network = True
     team_a.save()
-    login(alice).post("/sandboxes/create/", {**GOOD, "network": "on"})
+    login(alice).post("/sandboxes/create/", {**GOOD, "network": "public"})
     assert Sandbox.objects.get(team=team_a).network is True
 
 
