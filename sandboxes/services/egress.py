@@ -8,6 +8,7 @@ mode and allow-list a new sandbox gets (create_sandbox), what its backend is tol
 
 from __future__ import annotations
 
+import ipaddress
 import secrets
 from typing import Any
 
@@ -154,10 +155,14 @@ def get_team_egress(principal: Principal) -> TeamEgressInfo:
 
 @audited("egress.team.set", "team", atomic=True)
 def set_team_egress(
-    principal: Principal, *, allowlist: list[str] | None = None, max_mode: str | None = None
+    principal: Principal,
+    *,
+    allowlist: list[str] | None = None,
+    max_mode: str | None = None,
+    allowed_ranges: list[str] | None = None,
 ) -> TeamEgressInfo:
-    """Team owners and admins set the allow-list; the maximum mode only a platform admin
-    (a team may not raise its own ceiling; the allowed ranges are the Django admin's)."""
+    """Team owners and admins set the allow-list; the maximum mode and the private ranges the
+    team may reach anyway only a platform admin (a team may not raise its own ceiling)."""
     team = _acting_team(principal, READ, "change the team's network policy")
     egress_secrets.require_manager(principal, "change the team's network policy")
     team = Team.objects.select_for_update().get(pk=team.pk)
@@ -177,9 +182,29 @@ def set_team_egress(
         current().details["allowlist"] = {"from": _team_list(team), "to": rules}
         team.egress_allowlist = rules
         changed.append("egress_allowlist")
+    if allowed_ranges is not None:
+        if not access.is_platform_admin(principal):
+            raise PermissionDenied("only a platform admin may allow address ranges to a team")
+        ranges = _cidrs(allowed_ranges)
+        current().details["allowed_ranges"] = {"from": team.egress_allowed_ranges, "to": ranges}
+        team.egress_allowed_ranges = ranges
+        changed.append("egress_allowed_ranges")
     if changed:
         team.save(update_fields=changed)
     return _team_info(team)
+
+
+def _cidrs(value: Any) -> list[str]:
+    """A list of CIDR networks (host bits clear), each in its normal form."""
+    if not isinstance(value, list):
+        raise InvalidInput('allowed_ranges must be a list of CIDR ranges, e.g. ["10.20.0.0/16"]')
+    ranges: list[str] = []
+    for text in value:
+        try:
+            ranges.append(str(ipaddress.ip_network(str(text), strict=True)))
+        except ValueError as exc:
+            raise InvalidInput(f"allowed_ranges: {text!r} is not a CIDR range: {exc}") from exc
+    return ranges
 
 
 @audited("egress.network_log", "sandbox", kind=AUDIT_VIEW)

@@ -53,11 +53,10 @@ def egress_help(db_field: Any, formfield: forms.Field | None) -> forms.Field | N
 
 def keep_stored_egress(team: Team, form: forms.ModelForm) -> dict[str, Any]:
     """What the form asks for the allow-list and the most mode; the team keeps its stored
-    values until the service applies the change (save_egress). The ranges have no service
-    of their own: they are saved with the row (and in the admin's history)."""
+    values until the service applies the change (save_egress)."""
     asked = {
         name: form.cleaned_data[name]
-        for name in ("egress_max_mode", "egress_allowlist")
+        for name in ("egress_max_mode", "egress_allowlist", "egress_allowed_ranges")
         if name in form.changed_data
     }
     for name in asked:
@@ -68,8 +67,8 @@ def keep_stored_egress(team: Team, form: forms.ModelForm) -> dict[str, Any]:
 def save_egress(
     model_admin: admin.ModelAdmin, request: HttpRequest, team: Team, asked: dict[str, Any]
 ) -> None:
-    """Apply the changed allow-list and most mode through the service (validated, audited);
-    a refusal is shown as a message and changes nothing."""
+    """Apply the changed allow-list, most mode and ranges through the service (validated,
+    audited); a refusal is shown as a message and changes nothing."""
     if not asked:
         return
     change = partial(
@@ -77,6 +76,7 @@ def save_egress(
         admin_principal(request, team),
         allowlist=asked.get("egress_allowlist"),
         max_mode=asked.get("egress_max_mode"),
+        allowed_ranges=asked.get("egress_allowed_ranges"),
     )
     call_service(model_admin, request, change)
 

@@ -73,6 +73,8 @@ def test_egress_changes_go_through_the_services(staff_client: Client, world: Wor
     assert team.egress_allowed_ranges == ["10.20.0.0/16"] and team.egress_max_mode == "allowlist"
     row = AuditLog.objects.get(action="egress.team.set", channel="admin", outcome="ok")
     assert row.details["allowlist"]["to"] == ["pypi.org", "*.pythonhosted.org:443"]
+    # The ranges are policy too: on record with the rest (they were saved with the row alone).
+    assert row.details["allowed_ranges"] == {"from": [], "to": ["10.20.0.0/16"]}
 
 
 def test_a_bad_rule_is_refused_by_the_service(staff_client: Client, world: World) -> None:

@@ -50,6 +50,7 @@ def test_owners_and_admins_set_the_allow_list(as_alice, networked_teams):
         ({"allowlist": ["*"]}, InvalidInput, "network mode public"),
         ({"max_mode": "public"}, PermissionDenied, "only a platform admin"),
         ({"allowlist": ["a.test"], "max_mode": "off"}, PermissionDenied, "only a platform admin"),
+        ({"allowed_ranges": ["10.20.0.0/16"]}, PermissionDenied, "only a platform admin"),
     ],
 )
 def test_refused_changes_change_nothing(as_alice, networked_teams, kwargs, error, message):
@@ -76,6 +77,18 @@ def test_the_system_may_set_the_maximum(team_a, networked_teams):
     )
     with pytest.raises(InvalidInput, match="max_mode must be"):
         services.set_team_egress(Principal.system(team_a), max_mode="everything")
+
+
+def test_the_system_may_allow_ranges_and_each_change_is_on_record(team_a, networked_teams):
+    system = Principal.system(team_a)
+    info = services.set_team_egress(system, allowed_ranges=["10.20.0.0/16", "fd00::/8"])
+    assert info.allowed_ranges == ["10.20.0.0/16", "fd00::/8"]
+    row = AuditLog.objects.get(action="egress.team.set", outcome="ok")
+    assert row.details["allowed_ranges"] == {"from": [], "to": ["10.20.0.0/16", "fd00::/8"]}
+    for bad in (["10.0.0.1/8"], "10.0.0.0/8", ["everything"]):
+        with pytest.raises(InvalidInput, match="allowed_ranges"):
+            services.set_team_egress(system, allowed_ranges=bad)
+    assert Team.objects.get(pk=team_a.pk).egress_allowed_ranges == ["10.20.0.0/16", "fd00::/8"]
 
 
 def test_the_deployment_ca_is_made_once(db):
