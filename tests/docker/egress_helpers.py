@@ -96,7 +96,9 @@ class TcpStandIn:
             connection.settimeout(ARRIVAL_SECONDS)
             data = connection.recv(65536)
             self.arrivals.put(Arrival(peer[0], data))
-            connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\nConnection: close\r\n\r\nstand-in")
+            connection.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\nConnection: close\r\n\r\nstand-in"
+            )
 
     def close(self) -> None:
         self._listener.close()
@@ -153,6 +155,15 @@ def arrivals_until(found: queue.Queue[Arrival], marker: bytes) -> list[Arrival]:
         seen.append(arrival)
         if marker in arrival.data:
             return seen
+
+
+def drained(found: queue.Queue[Arrival]) -> list[Arrival]:
+    """What has arrived so far, without waiting."""
+    seen: list[Arrival] = []
+    with contextlib.suppress(queue.Empty):
+        while True:
+            seen.append(found.get_nowait())
+    return seen
 
 
 def inside(backend: DockerBackend, state: dict[str, Any], code: str, *args: str) -> str:

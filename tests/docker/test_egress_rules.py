@@ -64,7 +64,9 @@ def test_provision_routes_the_network_to_the_proxy_only(
     accept_tcp = f"{to_proxy} -p tcp -m tcp --dport {PROXY_PORT} {tag} -j ACCEPT"
     accept_udp = f"{to_proxy} -p udp -m udp --dport {DNS_PORT} {tag} -j ACCEPT"
     reject = "-j REJECT --reject-with icmp-admin-prohibited"
-    refuse_host = f"-A INPUT -i {bridge} -m conntrack ! --ctstate RELATED,ESTABLISHED {tag} {reject}"
+    refuse_host = (
+        f"-A INPUT -i {bridge} -m conntrack ! --ctstate RELATED,ESTABLISHED {tag} {reject}"
+    )
     refuse_forward = f"-A DOCKER-USER -i {bridge} {tag} {reject}"
     assert sorted(iptables_lines("filter", network)) == sorted(
         [accept_tcp, accept_udp, refuse_host, refuse_forward]
