@@ -104,8 +104,10 @@ def test_rules_are_idempotent_repaired_in_both_tables_and_go_with_the_network(
     _add("nat", ["PREROUTING", "-i", "sbx-00000000000", "-p", "udp", "--dport", "53",
                  *comment, "-j", "REDIRECT", "--to-ports", "9"])  # fmt: skip
     assert all(iptables_lines(t, stale) for t in ("filter", "nat"))
+    left = trust.write_bundle(stale, "-----BEGIN CERTIFICATE-----\n")  # its bundle too
     networks.ensure_all()
     assert all_rules(stale) == {"filter": [], "nat": []}
+    assert not left.exists() and trust.bundle_path(network).exists()
     assert all_rules(network) == complete
 
     backend.destroy(state)

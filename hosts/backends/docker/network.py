@@ -146,13 +146,17 @@ class Networks:
         self._apply(lambda listing: deletions(listing.get(TAG_PREFIX + name, [])))
 
     def ensure_all(self) -> int:
-        """Rules for every sandbox network, none for networks that are gone; networks fenced.
+        """Rules for every sandbox network, none (and no trust bundle) for networks that are
+        gone; networks fenced.
 
         The rules are read before the networks are listed: a rule whose network is missing
         from the later listing belongs to a network that was removed, never to one being made.
         """
         if not self.firewall:
             return 0
+        # Listed before the networks too, and written after its network is made: a bundle
+        # whose network is missing from the later listing is a leftover.
+        bundles = trust.bundle_networks()
         fences: list[Fence] = []
 
         def plan(listing: Listing) -> list[tuple[str, str]]:
@@ -162,6 +166,8 @@ class Networks:
             return fix(listing, fences, drop_others=True)
 
         self._apply(plan)
+        for leftover in set(bundles) - {fence.network for fence in fences}:
+            trust.remove_bundle(leftover)
         return len(fences)
 
     def _apply(self, plan: Plan) -> None:

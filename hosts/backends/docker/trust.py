@@ -6,7 +6,8 @@ network is made, removed with the network (network.Networks.remove), so destroy 
 reconciliation of a leftover network remove it too. The directory is the platform's (0700);
 the file is 0644, since the sandbox user reads it inside through the bind mount (the engine
 mounts it as root: the directory's mode does not matter there). A bundle holds certificates
-only, nothing secret.
+only, nothing secret. The probe's repair (network.Networks.ensure_all) removes bundles whose
+network is gone (a network removed by hand).
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ def write_bundle(network: str, ca_pem: str) -> Path:
     except OSError as exc:
         raise BackendError(f"writing the trust bundle {path} failed: {exc}") from exc
     return path.resolve()
+
+
+def bundle_networks() -> list[str]:
+    """The networks that have a bundle here (leftovers included)."""
+    return sorted(path.stem for path in bundle_dir().glob("*.crt"))
 
 
 def remove_bundle(network: str) -> None:
