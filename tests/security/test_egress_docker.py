@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import docker
 import pytest
 
 from hosts.backends.base import LABEL_INSTANCE
@@ -35,7 +36,7 @@ from tests.docker.egress_helpers import (
     inside,
     stand_ins,
 )
-from tests.docker.helpers import ENDPOINT
+from tests.docker.helpers import ENDPOINT, IMAGE
 from tests.engine import engine_cleaning_up
 
 pytestmark = [pytest.mark.docker]
@@ -100,6 +101,24 @@ try:
     print("forged sent")
 except OSError as exc:  # the kernel may find no route from that source: nothing sent
     print("forged not sent", exc.errno)
+"""
+
+
+# argv: source, destination, marker. Run as root with NET_RAW in a helper container on a
+# sandbox's network (what a sandbox never has): a UDP datagram to <destination>:53 with a
+# forged source address, then a genuine one.
+FORGE_AS_ROOT = """
+import socket, struct, sys
+source, destination, marker = sys.argv[1], sys.argv[2], sys.argv[3]
+payload = ("forged-" + marker).encode()
+udp = struct.pack("!HHHH", 40000, 53, 8 + len(payload), 0) + payload
+header = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 0, 0, 64, socket.IPPROTO_UDP, 0,
+                     socket.inet_aton(source), socket.inet_aton(destination))
+raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+raw.sendto(header + udp, (destination, 0))
+plain = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+plain.sendto(("genuine-" + marker).encode(), (destination, 53))
+print("sent")
 """
 
 
@@ -238,3 +257,29 @@ def test_tenants_arrive_with_their_own_address_and_cannot_take_another(
     assert inside(backend, a, UDP, a["egress_gateway"], "53", marker) == "answered"
     arrived = arrivals_until(udp.arrivals, marker.encode())
     assert [(x.peer, x.data) for x in arrived] == [(a["egress_address"], marker.encode())]
+
+
+def test_a_forged_source_address_is_refused_even_with_net_raw(tenants: Any, proxy: Any) -> None:
+    """Beyond what a sandbox can do (above): the rules accept traffic to the proxy only from
+    the network's own subnet, so even a process with NET_RAW on A's network cannot make the
+    proxy take its packets for B's."""
+    _, udp = proxy
+    (_, a), (_, b) = tenants
+    marker = uuid.uuid4().hex[:8]
+    client = docker.from_env()
+    try:
+        output = client.containers.run(
+            IMAGE,
+            ["python3", "-c", FORGE_AS_ROOT, b["egress_address"], a["egress_gateway"], marker],
+            network=a["network"],
+            user="root",
+            cap_add=["NET_RAW"],
+            remove=True,
+            labels={LABEL_INSTANCE: INSTANCE},
+        )
+        assert output.strip() == b"sent"
+        arrived = arrivals_until(udp.arrivals, f"genuine-{marker}".encode())
+        assert not [x for x in arrived if f"forged-{marker}".encode() in x.data], arrived
+        assert arrived[-1].peer not in ("", a["egress_address"], b["egress_address"])
+    finally:
+        client.close()
