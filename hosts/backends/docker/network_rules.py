@@ -163,8 +163,8 @@ def fix(listing: Listing, fences: list[Fence], *, drop_others: bool) -> list[tup
 
 
 def restore_input(commands: list[tuple[str, str]]) -> str:
-    """One iptables-restore input: a section per table that changes (filter first: the fence
-    is never missing where a redirect is present)."""
+    """One iptables-restore input: a section per table that changes, each committed whole
+    (filter first: a new network's fence is in before its redirects)."""
     text = ""
     for table in TABLES:
         lines = [command for each, command in commands if each == table]
