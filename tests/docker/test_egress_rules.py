@@ -179,3 +179,16 @@ def _delete(table: str, line: str) -> None:
 
 def _add(table: str, words: list[str]) -> None:
     subprocess.run(["iptables", "-w", "-t", table, "-I", *words], check=True)
+
+
+def test_a_leftover_removed_by_its_id_alone_takes_its_rules_and_bundle(
+    backend: DockerBackend, engine: docker.DockerClient
+) -> None:
+    spec = egress_spec(PROXY_PORT, DNS_PORT)
+    backend.provision(spec)
+    network = f"sandhub-{spec.sandbox_id}"
+    assert trust.bundle_path(network).exists() and all(all_rules(network).values())
+    backend.destroy({"sandbox_id": spec.sandbox_id})  # as reconciliation removes a leftover
+    assert all_rules(network) == {"filter": [], "nat": []}
+    assert not trust.bundle_path(network).exists()
+    assert engine.networks.list(names=[network]) == []
