@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import shlex
 import subprocess
+from dataclasses import replace
 from typing import Any
 
 import docker
 import docker.errors
 import pytest
 
-from hosts.backends.base import BackendError
+from hosts.backends.base import BackendError, SandboxSpec
 from hosts.backends.docker import DockerBackend, trust
 from hosts.backends.docker.network_rules import bridge_name
 from hosts.models import Host
@@ -115,11 +116,21 @@ def test_rules_are_idempotent_repaired_in_both_tables_and_go_with_the_network(
     assert not trust.bundle_path(network).exists()
 
 
-def test_network_without_egress_is_refused_and_nothing_is_made(
-    backend: DockerBackend, engine: docker.DockerClient
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (make_spec(network=True), "network without an egress policy"),
+        (
+            replace(egress_spec(PROXY_PORT, DNS_PORT), network=False),
+            "egress policy without network",
+        ),
+    ],
+    ids=["network-without-egress", "egress-without-network"],
+)
+def test_network_and_egress_go_together_or_nothing_is_made(
+    backend: DockerBackend, engine: docker.DockerClient, spec: SandboxSpec, message: str
 ) -> None:
-    spec = make_spec(network=True)
-    with pytest.raises(BackendError, match="network without an egress policy"):
+    with pytest.raises(BackendError, match=message):
         backend.provision(spec)
     with pytest.raises(docker.errors.NotFound):
         engine.containers.get(f"sandhub-{spec.sandbox_id}")

@@ -36,6 +36,8 @@ def refuse_unsupported(spec: SandboxSpec, firewall: bool, host: object) -> None:
             "network without an egress policy: a sandbox's network goes through the egress "
             "proxy (allowlist or public mode)"
         )
+    if spec.egress is not None and not spec.network:
+        raise BackendError("an egress policy without network: ask for both, or neither")
     if spec.egress is not None and not firewall:
         raise BackendError(
             f"host {host} cannot give sandboxes network: the egress proxy and its firewall "
