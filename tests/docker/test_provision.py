@@ -16,6 +16,7 @@ import pytest
 
 from hosts.backends.base import BackendError, SandboxGone, SandboxSpec
 from hosts.backends.docker import DockerBackend
+from tests.docker.egress_helpers import egress_spec
 from tests.docker.helpers import make_spec, make_tar, run
 from tests.memory import MIB
 
@@ -69,7 +70,7 @@ def test_provision_hardens_the_container(
 
 
 def test_network_on_request(backend: DockerBackend, engine: docker.DockerClient) -> None:
-    spec = make_spec(network=True)
+    spec = egress_spec(proxy_port=43128, dns_port=45353)  # network goes through the proxy
     state = backend.provision(spec)
     try:
         attrs = engine.containers.get(state["container_id"]).attrs

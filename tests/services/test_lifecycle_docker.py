@@ -170,17 +170,24 @@ def test_a_network_sandbox_keeps_its_fences_across_a_stop(made, as_alice, team_a
     sandbox_id = create(made, as_alice, network=True)
     network = Sandbox.objects.get(public_id=sandbox_id).backend_state["network"]
     services.stop_sandbox(as_alice, sandbox_id)
-    # As after a flush of the packet filter: the start puts the rules back.
-    rules = subprocess.run(["iptables", "-w", "-S"], capture_output=True, text=True).stdout
-    for line in rules.splitlines():
-        if TAG_PREFIX + network in line and line.startswith("-A "):
-            subprocess.run(["iptables", "-w", "-D", *shlex.split(line)[1:]], check=True)
+    # As after a flush of the packet filter: the start puts the rules back, in both tables
+    # (filter: the proxy's two ports, the reject towards the host, no forwarding; nat: the
+    # redirects to the egress proxy).
+    for table in ("filter", "nat"):
+        for line in tagged(table, network):
+            subprocess.run(
+                ["iptables", "-w", "-t", table, "-D", *shlex.split(line)[1:]], check=True
+            )
     services.resume_sandbox(as_alice, sandbox_id)
-    rules = subprocess.run(["iptables", "-w", "-S"], capture_output=True, text=True).stdout
-    assert sum(TAG_PREFIX + network in line for line in rules.splitlines()) == 5
+    assert (len(tagged("filter", network)), len(tagged("nat", network))) == (4, 2)
     container = labelled(engine, sandbox_id)[0]
     container.reload()
     assert list(container.attrs["NetworkSettings"]["Networks"]) == [network]
+
+
+def tagged(table: str, network: str) -> list[str]:
+    rules = subprocess.run(["iptables", "-w", "-t", table, "-S"], capture_output=True, text=True)
+    return [line for line in rules.stdout.splitlines() if TAG_PREFIX + network in line]
 
 
 @pytest.mark.django_db(transaction=True)  # the racers are threads with connections of their own

@@ -7,7 +7,8 @@ connection to the host's engine):
 - names:      container and volume names, labels, the sandbox user;
 - engine:     the client (TLS material from the host's credential) and error mapping;
 - containers: create with the sandbox's isolation, status, destroy, list for reconciliation;
-- network:    a network of its own for a sandbox with network, fenced off by host rules;
+- network:    a network of its own for a sandbox with network, routed by host rules to the
+              egress proxy only (network_rules.py; container_egress.py, trust.py);
 - disk:       a /workspace of the sandbox's disk size (loop-mounted ext4, local engine);
 - agent:      the sandbox agent's transport (one long-lived exec per sandbox) and checks;
               agent/link.py and agent/jobs.py run commands, listings and background jobs
@@ -184,11 +185,14 @@ class DockerBackend(AgentFirstBackend):
         try:
             if networks.firewall:
                 count = networks.ensure_all()
-                details["network_isolation"] = f"own network, host rules installed ({count})"
+                details["network_isolation"] = (
+                    f"own network routed to the egress proxy only, host rules installed ({count})"
+                )
             else:
                 details["network_isolation"] = (
-                    "own network; host rules not installed by the platform (remote engine or "
-                    "firewall=external): see docs/security.md"
+                    "host rules not installed by the platform (remote engine or "
+                    "firewall=external): network sandboxes are refused, the egress proxy and "
+                    "its firewall live on the platform's machine (docs/security.md)"
                 )
         except BackendError as exc:
             logger.error("sandbox network rules on host %s: %s", self.host, exc)

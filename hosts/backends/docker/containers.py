@@ -5,8 +5,9 @@ Each sandbox is one container plus one named volume, both called `sandhub-<sandb
 - the container runs as the sandbox user (names.SANDBOX_UID, no account of the host) with
   every capability dropped, no-new-privileges, a read-only root filesystem, memory (without
   swap), cpu and pids limits; /tmp and /home/sandbox are size-limited tmpfs so pip --user works;
-- no network unless the team allows it; then a network of its own, fenced off from the host
-  and from other sandboxes (network.py);
+- no network unless the team allows it; then a network of its own that routes only to the
+  platform's egress proxy (network.py), the proxy's variables, DNS and trust bundle
+  (container_egress.py);
 - /workspace is the named volume, because `put_archive` into a tmpfs mount reports success but
   the files never show up in the container (moby#22020); on a local engine the volume is a
   filesystem of the sandbox's disk size (disk.py).
@@ -37,7 +38,7 @@ from hosts.backends.base import (
     ManagedResource,
     SandboxSpec,
 )
-from hosts.backends.docker import local
+from hosts.backends.docker import container_egress, local
 from hosts.backends.docker.disk import DEFAULT_DISK_MB, Disks
 from hosts.backends.docker.engine import Engine
 from hosts.backends.docker.names import (
@@ -58,6 +59,7 @@ from hosts.backends.docker.names import (
     parse_created,
 )
 from hosts.backends.docker.network import Networks
+from hosts.backends.docker.network_rules import Fence
 
 # Disks copied from snapshots while their containers are made (a few at once per process).
 _DISK_COPIES = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sandhub-disk-copy")
@@ -78,17 +80,20 @@ class Containers:
         """Create and start the sandbox; disk_source: the image its disk is a copy of (a
         snapshot's), else a new empty one; move_source: the image itself becomes the disk
         where it can (a fork's own snapshot: disk.py)."""
+        container_egress.refuse_unsupported(spec, self.networks.firewall, self.engine.host)
         name = NAME_PREFIX + spec.sandbox_id
         client = self.engine.client()
         network = name if spec.network else ""
         disk_mb = (spec.disk_mb or DEFAULT_DISK_MB) if self.disks.enabled else None
         created: list[Callable[[], None]] = []  # undo steps, newest last
+        fence: Fence | None = None
         try:
             with self.engine.errors(f"creating sandbox {spec.sandbox_id}"):
                 self._refuse_existing(client, name)
                 if network:
                     # Fenced before the container exists: it never runs unfenced.
-                    self.networks.create(client, network, {**spec.labels, **_ids(spec)})
+                    labels = {**spec.labels, **_ids(spec), **container_egress.network_labels(spec)}
+                    fence = self.networks.create(client, network, labels)
                     created.append(lambda: self.networks.remove(network))
                 volume_options: dict[str, Any] = {}
                 disk: Future[dict[str, str]] | None = None
@@ -101,7 +106,7 @@ class Containers:
                     volume_options = {"driver": "local", "driver_opts": options}
                 client.volumes.create(name=name, labels=_ids(spec), **volume_options)
                 created.append(lambda: self._remove_volume(name))
-                container = self._create_container(client, spec, name, network, bool(disk_mb))
+                container = self._create_container(client, spec, name, fence, bool(disk_mb))
                 created.append(lambda: self._remove_container(container.id))
                 if disk is not None:
                     disk.result()  # mounted before the container starts on it
@@ -119,6 +124,7 @@ class Containers:
             "network": network,
             "disk_mb": disk_mb,
             "jobs_dir": JOBS_DIR,  # on the JOBS_MOUNT tmpfs (names.py)
+            **container_egress.egress_state(container, fence),
         }
 
     def _make_disk(
@@ -155,7 +161,7 @@ class Containers:
         client: docker.DockerClient,
         spec: SandboxSpec,
         name: str,
-        network: str,
+        fence: Fence | None,
         own_disk: bool,
     ) -> Container:
         memory = spec.memory_mb * 1024 * 1024
@@ -177,7 +183,7 @@ class Containers:
                 memswap_limit=memory,  # equal to mem_limit: no swap at all
                 nano_cpus=nano_cpus,
                 pids_limit=spec.pids_limit,
-                network_mode=network or "none",
+                network_mode=fence.network if fence else "none",
                 read_only=True,
                 tmpfs=self._tmpfs(spec),
                 # nocopy on a disk of its own: the engine would otherwise give the volume the
@@ -185,7 +191,8 @@ class Containers:
                 # user already. A plain volume takes it from the image (root otherwise).
                 volumes={name: {"bind": WORKSPACE, "mode": "rw,nocopy" if own_disk else "rw"}},
                 working_dir=WORKSPACE,
-                environment=dict(spec.env),
+                # environment, and with egress dns and the trust bundle's mounts.
+                **container_egress.container_options(spec, fence),
                 labels=labels,
                 # Sandboxes are long-lived workspaces: bring them back after an engine restart.
                 restart_policy={"Name": "unless-stopped"},

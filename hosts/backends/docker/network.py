@@ -1,74 +1,59 @@
-"""A network of its own for each network-enabled sandbox, fenced off from the host.
+"""A network of its own for each network-enabled sandbox, that routes only to the egress proxy.
 
 Docker's default bridge lets every container on it talk to every other, and any bridge lets a
-container reach the host's own addresses (through the gateway) and link-local addresses such
-as a cloud's metadata service. So a sandbox with network gets:
+container reach the host's own addresses (through the gateway), link-local addresses such as
+a cloud's metadata service, and whatever the host routes to. So a sandbox with network gets:
 
 - its own bridge network `sandhub-<sandbox id>`, with inter-container traffic off and its
   bridge interface named `sbx-<11 hex digits>` (a fixed prefix, so a remote engine's
   administrator can match every sandbox bridge with `sbx-+`), labelled like the container so
-  reconciliation finds it;
-- on a local engine, rules in the filter table, each tagged `sandhub:<network name>`:
-  INPUT (traffic to any of the host's own addresses arrives there, not in FORWARD) refuses
-  whatever the sandbox starts towards the host; DOCKER-USER (forwarded traffic, checked before
-  Docker's own rules) refuses link-local 169.254.0.0/16 and every other container bridge
-  (other sandboxes, Docker's default bridge, user-defined networks).
+  reconciliation finds it, and with the egress proxy's ports (network_rules.LABEL_EGRESS_PORTS);
+- rules in the filter and nat tables (network_rules.py), each tagged `sandhub:<network name>`:
+  its HTTP, HTTPS and DNS go to the egress proxy on this machine, everything else is refused.
+  The proxy and its firewall live on this machine: a remote engine, or a host whose option
+  `firewall` is "external", cannot have network sandboxes (BackendError at provision);
+- the proxy's trust bundle (trust.py), beside the rules, removed with the network.
 
-Rules are read with one `iptables -S` and changed in one `iptables-restore --noflush`
-transaction, so a change is all or nothing. Installing is idempotent (a network that has its
-rules is left alone), removal follows the network, and `ensure_all` (run with each probe)
-puts back rules a reboot or a flush removed and drops those of networks that are gone.
-Docker disables IPv6 inside containers of networks without IPv6, so IPv4 rules suffice.
+Rules are read with one `iptables -S` per table and changed in one `iptables-restore --noflush`
+input (a section per table), so a change is all or nothing per table. Installing is idempotent
+(a network that has its rules is left alone), removal follows the network, and `ensure_all`
+(run with each probe) puts back rules a reboot or a flush removed and drops those of networks
+that are gone, in both tables. Docker disables IPv6 inside containers of networks without
+IPv6, so IPv4 rules suffice.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
-import shlex
 import time
-from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable
 from typing import Any
 
 import docker
 import docker.errors
 
 from hosts.backends.base import LABEL_INSTANCE, LABEL_POOL, BackendError, ManagedResource
-from hosts.backends.docker import local
+from hosts.backends.docker import local, trust
 from hosts.backends.docker.engine import Engine, explain
 from hosts.backends.docker.names import LABEL_MANAGED, LABEL_SANDBOX, parse_created
+from hosts.backends.docker.network_rules import (
+    TABLES,
+    TAG_PREFIX,
+    Fence,
+    Listing,
+    bridge_name,
+    deletions,
+    fence_of,
+    fix,
+    restore_input,
+    tag_of,
+)
 
 logger = logging.getLogger(__name__)
 
-BRIDGE_PREFIX = "sbx-"
-TAG_PREFIX = "sandhub:"
-LINK_LOCAL = "169.254.0.0/16"
-# Interfaces of other container networks: sandbox bridges, user-defined networks, the default
-# bridge. Forwarding from a sandbox to any of them is refused.
-_OTHER_BRIDGES = (BRIDGE_PREFIX + "+", "br-+", "docker0")
-_REJECT = ["-j", "REJECT", "--reject-with", "icmp-admin-prohibited"]
-_EXPECTED = Counter({"INPUT": 1, "DOCKER-USER": 1 + len(_OTHER_BRIDGES)})
-
-
-def bridge_name(network: str) -> str:
-    """The bridge interface of a sandbox network (at most 15 characters, as Linux allows)."""
-    return BRIDGE_PREFIX + hashlib.sha256(network.encode()).hexdigest()[:11]
-
-
-def rules(network: str) -> list[tuple[str, list[str]]]:
-    """(chain, rule) pairs that fence the network's sandbox off from the host and the rest."""
-    bridge = bridge_name(network)
-    tag = ["-m", "comment", "--comment", TAG_PREFIX + network]
-    # Replies to connections the host opened (an operator's curl) stay allowed; anything the
-    # sandbox starts towards the host is refused, to whichever of its addresses.
-    to_host = ["-i", bridge, "-m", "conntrack", "!", "--ctstate", "RELATED,ESTABLISHED"]
-    found = [("INPUT", to_host + tag + _REJECT)]
-    found.append(("DOCKER-USER", ["-i", bridge, "-d", LINK_LOCAL] + tag + _REJECT))
-    for other in _OTHER_BRIDGES:
-        found.append(("DOCKER-USER", ["-i", bridge, "-o", other] + tag + _REJECT))
-    return found
+# A plan: from the tagged rules now present, the (table, command) pairs to run.
+Plan = Callable[[Listing], list[tuple[str, str]]]
 
 
 class Networks:
@@ -89,14 +74,15 @@ class Networks:
         return str(self.engine.host.options.get("iptables", "iptables"))
 
     # --- lifecycle ---------------------------------------------------------------------------
-    def create(self, client: docker.DockerClient, name: str, labels: dict[str, str]) -> None:
-        """Create the network and (local engine) its rules; the caller removes it on failure."""
+    def create(self, client: docker.DockerClient, name: str, labels: dict[str, str]) -> Fence:
+        """Create the network and (local engine) its rules; the caller removes it on failure.
+        Its fence: the gateway and subnet the engine gave it, the proxy's ports of `labels`."""
         options = {
             "com.docker.network.bridge.enable_icc": "false",
             "com.docker.network.bridge.name": bridge_name(name),
         }
         try:
-            client.networks.create(
+            made = client.networks.create(
                 name, driver="bridge", options=options, labels=labels, check_duplicate=True
             )
         except docker.errors.APIError as exc:
@@ -104,16 +90,19 @@ class Networks:
             if "address pool" in explain(exc):
                 hint = " (every address pool is taken: see docs/security.md, default-address-pools)"
             raise BackendError(f"creating network {name} failed: {explain(exc)}{hint}") from exc
+        fence = fence_of({**made.attrs, "Name": name})
         if self.firewall:
             try:
-                self.install_rules(name)
+                self.install_rules(fence)
             except BaseException:
                 with contextlib.suppress(Exception):
                     self.remove(name)
                 raise
+        return fence
 
     def remove(self, name: str) -> None:
-        """Remove the network and its rules; a missing one is fine. Its container goes first."""
+        """Remove the network, its rules and its trust bundle; a missing one is fine. Its
+        container goes first."""
         # Right after a forced container removal the engine may still count its endpoint (409)
         # for a moment; retry briefly instead of leaking the network.
         for attempt in range(20):
@@ -128,39 +117,60 @@ class Networks:
                 time.sleep(0.1)
         if self.firewall:
             self.remove_rules(name)
+        if local.is_local(self.engine.host):
+            trust.remove_bundle(name)
 
     def exists(self, client: docker.DockerClient, name: str) -> bool:
+        return self._summary(name) is not None
+
+    def _summary(self, name: str) -> dict[str, Any] | None:
         # The engine's name filter matches substrings: compare exactly.
-        return any(n.get("Name") == name for n in client.api.networks(names=[name]))
+        with self.engine.errors(f"inspecting network {name}"):
+            found = self.engine.api().networks(names=[name])
+        return next((n for n in found if n.get("Name") == name), None)
 
     # --- rules -------------------------------------------------------------------------------
-    def install_rules(self, name: str) -> None:
-        """Make the network's rules be there exactly once (idempotent)."""
-        self._apply(lambda listing: _fix(listing, [name], drop_others=False))
+    def install_rules(self, network: str | Fence) -> None:
+        """Make the network's rules be there exactly once (idempotent). A name: its fence is
+        read from the engine (labels, addresses)."""
+        fence = network if isinstance(network, Fence) else self._fence(network)
+        self._apply(lambda listing: fix(listing, [fence], drop_others=False))
+
+    def _fence(self, name: str) -> Fence:
+        summary = self._summary(name)
+        if summary is None:
+            raise BackendError(f"network {name} is missing on host {self.engine.host}")
+        return fence_of(summary)
 
     def remove_rules(self, name: str) -> None:
-        self._apply(lambda listing: _deletions(listing.get(TAG_PREFIX + name, [])))
+        self._apply(lambda listing: deletions(listing.get(TAG_PREFIX + name, [])))
 
     def ensure_all(self) -> int:
-        """Rules for every sandbox network, none for networks that are gone; networks fenced.
+        """Rules for every sandbox network, none (and no trust bundle) for networks that are
+        gone; networks fenced.
 
         The rules are read before the networks are listed: a rule whose network is missing
         from the later listing belongs to a network that was removed, never to one being made.
         """
         if not self.firewall:
             return 0
-        names: list[str] = []
+        # Listed before the networks too, and written after its network is made: a bundle
+        # whose network is missing from the later listing is a leftover.
+        bundles = trust.bundle_networks()
+        fences: list[Fence] = []
 
-        def plan(listing: dict[str, list[str]]) -> list[str]:
+        def plan(listing: Listing) -> list[tuple[str, str]]:
             with self.engine.errors("listing sandbox networks"):
                 summaries = self.engine.api().networks(filters={"label": f"{LABEL_MANAGED}=1"})
-            names[:] = [n["Name"] for n in summaries if n.get("Name")]
-            return _fix(listing, names, drop_others=True)
+            fences[:] = [fence_of(n) for n in summaries if n.get("Name")]
+            return fix(listing, fences, drop_others=True)
 
         self._apply(plan)
-        return len(names)
+        for leftover in set(bundles) - {fence.network for fence in fences}:
+            trust.remove_bundle(leftover)
+        return len(fences)
 
-    def _apply(self, plan: Any) -> None:
+    def _apply(self, plan: Plan) -> None:
         """Read the rules, let `plan` turn them into commands, run those in one transaction.
 
         A concurrent change (another process removing the same rule) fails the transaction:
@@ -177,72 +187,35 @@ class Networks:
                 if attempt == 1:
                     raise
 
-    def _listing(self) -> dict[str, list[str]]:
-        """Rules of the filter table tagged by the platform, as `-S` prints them, by tag."""
-        output = local.run([self._iptables(), "-w", "-S"], "reading the packet filter rules")
-        if "-N DOCKER-USER" not in output.splitlines():
-            raise BackendError(
-                f"no DOCKER-USER chain in `{self._iptables()} -S`: dockerd uses the other "
-                "iptables backend (nft or legacy: set the host option `iptables`) or runs with "
-                "--iptables=false; network sandboxes are refused until their rules can be set"
+    def _listing(self) -> Listing:
+        """Rules tagged by the platform in the filter and nat tables, as `-S` prints them."""
+        tagged: Listing = {}
+        for table in TABLES:
+            output = local.run(
+                [self._iptables(), "-w", "-t", table, "-S"], "reading the packet filter rules"
             )
-        tagged: dict[str, list[str]] = {}
-        for line in output.splitlines():
-            tag = _tag_of(line)
-            if tag:
-                tagged.setdefault(tag, []).append(line)
+            if table == "filter" and "-N DOCKER-USER" not in output.splitlines():
+                raise BackendError(
+                    f"no DOCKER-USER chain in `{self._iptables()} -S`: dockerd uses the other "
+                    "iptables backend (nft or legacy: set the host option `iptables`) or runs "
+                    "with --iptables=false; network sandboxes are refused until their rules "
+                    "can be set"
+                )
+            for line in output.splitlines():
+                tag = tag_of(line)
+                if tag:
+                    tagged.setdefault(tag, []).append((table, line))
         return tagged
 
-    def _restore(self, commands: list[str]) -> None:
-        text = "*filter\n" + "\n".join(commands) + "\nCOMMIT\n"
+    def _restore(self, commands: list[tuple[str, str]]) -> None:
         argv = [self._iptables() + "-restore", "-w", "--noflush"]
-        local.run(argv, "changing the packet filter rules", stdin=text)
+        local.run(argv, "changing the packet filter rules", stdin=restore_input(commands))
 
     # --- reconciliation ----------------------------------------------------------------------
     def managed(self) -> list[ManagedResource]:
         with self.engine.errors("listing sandbox networks"):
             summaries = self.engine.api().networks(filters={"label": f"{LABEL_MANAGED}=1"})
         return [_resource(s) for s in summaries]
-
-
-def _tag_of(line: str) -> str:
-    if TAG_PREFIX not in line:
-        return ""
-    try:
-        words = shlex.split(line)
-    except ValueError:
-        return ""
-    for i, word in enumerate(words[:-1]):
-        if word == "--comment" and words[i + 1].startswith(TAG_PREFIX):
-            return words[i + 1]
-    return ""
-
-
-def _deletions(lines: Iterable[str]) -> list[str]:
-    # `-S` prints each rule as the `-A` command that makes it; `-D` with the same words
-    # deletes exactly that rule.
-    return ["-D" + line[2:] for line in lines if line.startswith("-A ")]
-
-
-def _fix(listing: dict[str, list[str]], names: list[str], *, drop_others: bool) -> list[str]:
-    """Commands that leave each named network with exactly its rules (and, with drop_others,
-    no rules for any other network)."""
-    commands: list[str] = []
-    for name in names:
-        present = listing.get(TAG_PREFIX + name, [])
-        chains = Counter(line.split()[1] for line in present)
-        if chains == _EXPECTED:
-            continue
-        commands += _deletions(present)
-        for chain, rule in rules(name):
-            # Plain words: iptables-restore knows double quotes only, and no word needs them.
-            commands.append(" ".join(["-I", chain, "1", *rule]))
-    if drop_others:
-        wanted = {TAG_PREFIX + name for name in names}
-        for tag, lines in listing.items():
-            if tag not in wanted:
-                commands += _deletions(lines)
-    return commands
 
 
 def _resource(summary: dict[str, Any]) -> ManagedResource:

@@ -24,6 +24,7 @@ import docker
 import docker.errors
 
 from hosts.backends.base import SandboxGone
+from hosts.backends.docker import container_egress
 from hosts.backends.docker.containers import Containers
 from hosts.backends.docker.engine import Engine
 from hosts.backends.docker.names import container_ref, names, network_name
@@ -83,6 +84,8 @@ class States:
             if found.status != "running":
                 found.start()
             self.containers.check_started(found)
+            if network:
+                container_egress.refresh_address(state, found, network)
 
     def status(self, container: str) -> str:
         """running, paused, stopped (any other state of a container that is there), missing."""
