@@ -20,6 +20,7 @@ A claim left by a process that died mid-way is settled by reconciliation (reconc
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -112,8 +113,13 @@ def host_step(sandbox: Sandbox, step: Callable[[SandboxBackend, dict], None], do
         raise BackendFailure(f"sandbox {sandbox.public_id} has no host")
     backend = get_backend(sandbox.host)
     started = time.monotonic()
+    before = copy.deepcopy(sandbox.backend_state)
     try:
         step(backend, sandbox.backend_state)
+        if sandbox.backend_state != before:
+            # A start may give the container a new address (the egress proxy finds the
+            # sandbox by it): the row must say what the host says now.
+            Sandbox.objects.filter(pk=sandbox.pk).update(backend_state=sandbox.backend_state)
     except BackendError as exc:
         _settle_failed(sandbox, backend, f"{doing} failed: {exc}", exc)
         if isinstance(exc, Unsupported):

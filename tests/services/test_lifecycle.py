@@ -343,3 +343,22 @@ def test_reconciliation_settles_a_stale_claim_and_finds_a_vanished_paused_sandbo
     assert [status_of(i) for i in (stuck, vanished, paused)] == ["running", "lost", "paused"]
     settled = AuditLog.objects.get(action="sandbox.settled", target_id=stuck)
     assert settled.details["status"] == "running"
+
+
+def test_a_start_that_changes_the_hosts_state_is_kept_on_the_row(
+    sandbox, as_alice, fake_backend, monkeypatch
+):
+    # A Docker container may come back from a stop with another address; the egress proxy
+    # finds the sandbox by the address on its row, so the row must follow the host.
+    real_start = fake_backend.start
+
+    def start_elsewhere(backend, state):
+        real_start(backend, state)
+        state["egress_address"] = "172.30.0.9"
+
+    monkeypatch.setattr(fake_backend, "start", start_elsewhere)
+    services.stop_sandbox(as_alice, sandbox.id)
+    services.resume_sandbox(as_alice, sandbox.id)
+    row = Sandbox.objects.get(public_id=sandbox.id)
+    assert row.status == SandboxStatus.RUNNING
+    assert row.backend_state["egress_address"] == "172.30.0.9"
