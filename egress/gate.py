@@ -39,9 +39,10 @@ class ProxyState(Protocol):
 
 
 class Gate:
-    def __init__(self, proxy: ProxyState, peer: str) -> None:
+    def __init__(self, proxy: ProxyState, peer: str, local: str = "") -> None:
         self.proxy = proxy
         self.peer = peer
+        self.local = local  # the address the connection arrived at
         self.transparent = False  # found by source address only (no credentials)
         self._slot: str | None = None  # the sandbox this connection counts against
 
@@ -55,7 +56,7 @@ class Gate:
     async def sandbox(self, authorization: bytes | None) -> SandboxPolicy:
         """The sandbox behind this connection (Refused 407 when none is; 429 past its
         connection limit). Credentials must agree with the source address's sandbox."""
-        by_address = await self.proxy.policies.by_address(self.peer)
+        by_address = await self._address_policy()
         policy = by_address
         if authorization is not None:
             credentials = basic_credentials(authorization)
@@ -73,9 +74,19 @@ class Gate:
         return policy
 
     async def by_address(self) -> SandboxPolicy | None:
-        policy = await self.proxy.policies.by_address(self.peer)
+        policy = await self._address_policy()
         if policy is not None:
             self._take_slot(policy)
+        return policy
+
+    async def _address_policy(self) -> SandboxPolicy | None:
+        """The source address's sandbox, if the connection came in where that sandbox's do
+        (its gateway): a source address alone is only as good as the route it came by. A
+        packet from a sandbox's address that arrived elsewhere (another interface, a machine
+        on the host's own network that took that address) names no sandbox."""
+        policy = await self.proxy.policies.by_address(self.peer)
+        if policy is not None and policy.gateway and policy.gateway != self.local:
+            return None
         return policy
 
     def _take_slot(self, policy: SandboxPolicy) -> None:

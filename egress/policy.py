@@ -118,6 +118,9 @@ class SandboxPolicy:
     allowed_ranges: tuple[str, ...] = ()  # CIDRs an admin allowed for the team
     secrets: tuple[BoundSecret, ...] = ()
     dns_answer: str = ""  # the address DNS answers allowed names with ("" = no DNS)
+    # The local address the sandbox's connections arrive at (its network's gateway): a
+    # connection found by its source address alone counts only there ("" = anywhere).
+    gateway: str = ""
 
     def allows(self, host: str, port: int | None) -> bool:
         """Whether the name (or IP literal) is allowed on `port` (None: any port) by mode

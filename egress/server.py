@@ -128,7 +128,7 @@ class EgressProxy:
             task.add_done_callback(self._connections.discard)
 
     async def _serve(self, sock: socket.socket, peer: str) -> None:
-        gate = Gate(self, peer)
+        gate = Gate(self, peer, local_address(sock))
         try:
             await self._dispatch(sock, gate)
         except (OSError, ssl.SSLError, TimeoutError, EOFError):
@@ -192,3 +192,12 @@ async def read_head(sock: socket.socket, data: bytes) -> bytes | None:
     if buffer.index(b"\r\n\r\n") + 4 > MAX_HEAD:
         return None
     return bytes(buffer)
+
+
+def local_address(sock: socket.socket) -> str:
+    """Where the connection arrived (a redirected one: the address of the interface it came
+    in by, the sandbox's gateway)."""
+    try:
+        return str(sock.getsockname()[0])
+    except OSError:
+        return ""

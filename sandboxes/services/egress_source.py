@@ -117,6 +117,7 @@ def policy_of(sandbox: Sandbox) -> SandboxPolicy | None:
         allowed_ranges=tuple(str(r) for r in team.egress_allowed_ranges or []),
         secrets=_secrets(sandbox),
         dns_answer=str(sandbox.backend_state.get("egress_gateway", "")),
+        gateway=str(sandbox.backend_state.get("egress_gateway", "")),
     )
 
 

@@ -145,6 +145,7 @@ def world(backend: DockerBackend, tmp_path_factory: pytest.TempPathFactory) -> I
             allowed_ranges=(),
             secrets=(SECRET,),
             dns_answer=state["egress_gateway"],
+            gateway=state["egress_gateway"],
         )
         source.addresses[state["egress_address"]] = policy
         source.tokens[(spec.sandbox_id, spec.egress.token)] = policy

@@ -88,3 +88,18 @@ def test_transparent_clients_are_known_by_address_only(world: World):
         sock.sendall(f"GET / HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
         assert sock.recv(1024) == b""
     assert world.plain.requests == []
+
+
+@pytest.mark.parametrize("gateway,reached", [("127.0.0.1", True), ("10.99.0.1", False)])
+def test_a_source_address_counts_only_where_its_sandbox_arrives(
+    world: World, gateway: str, reached: bool
+):
+    # A packet bearing a sandbox's address that came in by another route (not at its
+    # network's gateway) is not that sandbox: no policy, no secrets.
+    world.source.addresses["127.0.0.1"] = world.allowlist(gateway=gateway)
+    with socket.create_connection(("127.0.0.1", world.port), timeout=10) as sock:
+        host = f"allowed.test:{world.plain.port}"
+        sock.sendall(f"GET /via HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        answer = read_answer(sock) if reached else sock.recv(1024)
+    assert answer.endswith(b"hello from allowed.test") if reached else answer == b""
+    assert [r[0] for r in world.plain.requests] == (["/via"] if reached else [])

@@ -48,7 +48,7 @@ def test_by_token_finds_its_own_sandbox_only(two):
         "Bearer a-value-1234",
         ("api.test",),
     )
-    assert policy.dns_answer == "gw"
+    assert policy.dns_answer == "gw" and policy.gateway == "gw"
     # One team's credential never opens the other's sandbox, nor a wrong or empty one.
     assert SOURCE.by_token(b.public_id, a.egress_token) is None
     assert SOURCE.by_token(a.public_id, b.egress_token) is None
