@@ -46,6 +46,9 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from hosts.backends.ssh import egress
+from hosts.backends.ssh.egress import EgressRoute
+
 __all__ = [
     "CGROUPS",
     "DEFAULT_DISK_MB",
@@ -83,10 +86,12 @@ cg_freeze() {  # $1: 1 to freeze, 0 to thaw
     fi
   done
 }
-drop_egress_rule() {  # $1: a uid; every OUTPUT rule sending it to the egress chain
+drop_egress_rule() {  # $1: a uid; its OUTPUT rules (to the shared chain or its own: egress.py)
   case $1 in ''|*[!0-9]*) return 0 ;; esac
   command -v iptables >/dev/null 2>&1 || return 0
   while iptables -w -D OUTPUT -m owner --uid-owner "$1" -j "$chain" 2>/dev/null; do :; done
+  while iptables -w -D OUTPUT -m owner --uid-owner "$1" -j "$chain-$1" 2>/dev/null; do :; done
+  if iptables -w -F "$chain-$1" 2>/dev/null; then iptables -w -X "$chain-$1"; fi
 }
 cg_frozen() {  # every cgroup of the sandbox frozen (v1 freezer.state, v2 cgroup.events)
   found=
@@ -187,7 +192,9 @@ if [ -n "$snapform" ]; then restore_workspace; fi
 """
 
 # The holder and, with network, user-mode networking: what a restart makes again.
-HOLDER = """\
+HOLDER = (
+    egress.FIREWALL
+    + """\
 # The holder. Its root: a tmpfs with the host's top-level directories bound read-only.
 set -- --unshare-user --unshare-ipc --unshare-pid --unshare-uts --unshare-cgroup \\
   --disable-userns --hostname sandbox --info-fd 3
@@ -202,6 +209,9 @@ set -- "$@" --dev /dev --proc /proc --size "$((tmp_mb * 1048576))" --tmpfs /tmp 
   --size "$((shm_mb * 1048576))" --tmpfs /dev/shm --tmpfs /var/tmp --tmpfs /run \\
   --tmpfs "$base" --bind "$dir" "$dir" --bind "$dir/workspace" /workspace --chdir /workspace
 for d in $devices; do set -- "$@" --dev-bind-try "$d" "$d"; done
+"""
+    + egress.BINDS
+    + """\
 rm -f -- "$dir/holder" "$dir/holder.json" "$dir/holder.ready"
 # bubblewrap names its child (fd 3) before the child has built the sandbox: its mounts, its
 # pivot_root and the user namespace of --disable-userns come after. A command entering then
@@ -229,21 +239,28 @@ echo "$holder" > "$dir/holder"
 # bubblewrap's outer process: in the network namespace, and in the user namespace owning it.
 outer=$(sed -n 's/^PPid:[[:space:]]*//p' "/proc/$holder/status")
 
-# Network on: user-mode networking, and what it may not reach.
+# Network on: user-mode networking, and what it may not reach: with an egress policy, the
+# proxy alone (egress.py); without (a sandbox made before policies), no address of the host.
 if [ -n "$network" ]; then
-  iface=$(ip -o route show default 2>/dev/null | sed -n 's/.* dev \\([^ ]*\\).*/\\1/p' | head -n1)
-  [ -n "$iface" ] || fail "the host has no default route: no network for the sandbox"
-  if iptables -w -N "$chain" 2>/dev/null; then
-    iptables -w -A "$chain" -m addrtype --dst-type LOCAL -j REJECT
-    iptables -w -A "$chain" -d 169.254.0.0/16 -j REJECT
-    iptables -w -A "$chain" ! -o "$iface" -j REJECT
+  loopback=--disable-host-loopback
+  if [ -n "$egress_port" ]; then
+    egress_firewall
+    if [ -n "$egress_loopback" ]; then loopback=; fi
+  else
+    iface=$(ip -o route show default 2>/dev/null | sed -n 's/.* dev \\([^ ]*\\).*/\\1/p' | head -n1)
+    [ -n "$iface" ] || fail "the host has no default route: no network for the sandbox"
+    if iptables -w -N "$chain" 2>/dev/null; then
+      iptables -w -A "$chain" -m addrtype --dst-type LOCAL -j REJECT
+      iptables -w -A "$chain" -d 169.254.0.0/16 -j REJECT
+      iptables -w -A "$chain" ! -o "$iface" -j REJECT
+    fi
+    echo "$uid" > "$dir/egress-uid"
+    iptables -w -I OUTPUT 1 -m owner --uid-owner "$uid" -j "$chain" \\
+      || fail "cannot add the sandbox's egress rule (iptables)"
   fi
-  echo "$uid" > "$dir/egress-uid"
-  iptables -w -I OUTPUT 1 -m owner --uid-owner "$uid" -j "$chain" \\
-    || fail "cannot add the sandbox's egress rule (iptables)"
   (
     in_cgroups setsid setpriv --reuid="$uid" --regid="$gid" --clear-groups -- \\
-      slirp4netns --configure --mtu=65520 --disable-host-loopback --ready-fd=4 \\
+      slirp4netns --configure --mtu=65520 $loopback --ready-fd=4 \\
       --userns-path="/proc/$outer/ns/user" --netns-type=path "/proc/$outer/ns/net" tap0
   ) 4>"$dir/slirp.ready" </dev/null >/dev/null 2>"$dir/slirp.err" &
   n=0
@@ -254,8 +271,9 @@ if [ -n "$network" ]; then
   done
 fi
 """
+)
 
-START = CGROUPS + MAKE_DISK + HOLDER
+START = egress.TRUST + CGROUPS + MAKE_DISK + HOLDER
 
 # As root, with $id, $dir, $uid set: every process of the sandbox stopped, its cgroups,
 # egress rule and disk removed. Safe to run on a sandbox half made, or already stopped.
@@ -323,9 +341,15 @@ exec nsenter -t "$holder" -a -r -w -S "$uid" -G "$gid" -- setpriv --no-new-privs
 
 
 def start_variables(
-    state: Mapping[str, Any], *, disk_mb: int, network: bool, devices: Sequence[str]
+    state: Mapping[str, Any],
+    *,
+    disk_mb: int,
+    network: bool,
+    devices: Sequence[str],
+    route: EgressRoute | None = None,
 ) -> dict[str, str]:
-    """START's shell variables besides those of provision ($id, $dir, $base, $user)."""
+    """START's shell variables besides those of provision ($id, $dir, $base, $user); route:
+    the egress policy's (None: none, as for a sandbox made before policies)."""
     limits = state.get("limits") or {}
     memory_mb = int(limits.get("memory_mb") or 0)
     return {
@@ -339,7 +363,10 @@ def start_variables(
         "network": "1" if network else "",
         "devices": " ".join(devices),
         "chain": CHAIN,
-    }
+        "egress_addr": "",
+        "egress_port": "",
+        "egress_loopback": "",
+    } | (route.shell_variables() if route is not None else {})
 
 
 def gpu_devices(gpus: Sequence[int]) -> list[str]:
