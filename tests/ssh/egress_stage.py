@@ -153,10 +153,18 @@ def backend_for(server: Sshd, username: str, base_dir: str, **options: Any) -> S
     return SshBackend(host)
 
 
-def inside(backend: SshBackend, state: dict[str, Any], script: str, **env: str) -> str:
+def inside(
+    backend: SshBackend, state: dict[str, Any], script: str, stdin: bytes | None = None
+) -> str:
     """A shell script's stdout, run in the sandbox through its agent (exit 0 asserted)."""
     result = backend.exec(
-        state, ["sh", "-c", script], cwd="/workspace", env=env, timeout=60, output_cap=1 << 20
+        state,
+        ["sh", "-c", script],
+        cwd="/workspace",
+        env={},
+        timeout=60,
+        output_cap=1 << 20,
+        stdin=stdin,
     )
     assert result.exit_code == 0, (script, result.stdout, result.stderr)
     return result.stdout.decode()
@@ -231,4 +239,27 @@ elif what == "dns":
     print(json.dumps({"answer": udp(args[0] + ":53", query)}))
 elif what == "get":
     print(json.dumps({"answer": get(args[0])}))
+elif what == "find":  # the needle: reversed in a file, removed once read (never in an argv)
+    with open(args[0]) as handle:
+        needle = handle.read().strip()[::-1].encode()
+    os.remove(args[0])
+    found = []
+    for pid in [p for p in os.listdir("/proc") if p.isdigit()]:
+        for name in ("environ", "cmdline"):
+            try:
+                with open("/proc/%s/%s" % (pid, name), "rb") as handle:
+                    if needle in handle.read():
+                        found.append("/proc/%s/%s" % (pid, name))
+            except OSError:
+                pass
+    for root in args[1:]:
+        for top, dirs, files in os.walk(root):
+            for name in files:
+                try:
+                    with open(os.path.join(top, name), "rb") as handle:
+                        if needle in handle.read(1 << 22):
+                            found.append(os.path.join(top, name))
+                except OSError:
+                    pass
+    print(json.dumps({"found": found, "self": os.getpid()}))
 """
