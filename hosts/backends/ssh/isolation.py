@@ -19,11 +19,15 @@ a loop device, slirp4netns), provision runs START after making the sandbox's use
   private size-capped /tmp and /dev/shm, empty /var/tmp and /run, the base directory hidden
   (other sandboxes live there) but for this sandbox's own, and the workspace at /workspace.
   The device nodes of the sandbox's GPUs, and only those, are bound in.
-- network on: slirp4netns (user-mode networking) as the sandbox user, with the host's
-  loopback refused (--disable-host-loopback), and an iptables chain matched by the sandbox
-  user's uid that refuses, for the connections slirp4netns makes on its behalf, the host's
-  own addresses, link-local, and every interface but the default route's (Docker bridges).
-  Off: the namespace has a loopback and nothing else.
+- network on: slirp4netns (user-mode networking) as the sandbox user, and an iptables chain
+  of the sandbox user's uid for the connections slirp4netns makes on its behalf: with an
+  egress policy (egress.py) it accepts TCP to the egress proxy alone (the host's loopback,
+  10.0.2.2 inside, allowed to slirp4netns for that) and refuses every other packet; a
+  sandbox made before policies keeps the host's loopback refused (--disable-host-loopback)
+  and a shared chain refusing the host's own addresses, link-local, and every interface
+  but the default route's (Docker bridges). Off: the namespace has a loopback and nothing
+  else. With a policy, START also writes the trust bundle (from its stdin) into the
+  sandbox directory, and the holder binds it read-only where clients look for CAs.
 
 Everything of the sandbox then runs through ENTER (`enter_prefix`): as root, check the
 holder is this sandbox's (its cgroup names the sandbox: a recycled pid is not), join the
@@ -36,8 +40,9 @@ unshare (util-linux) do the two things it does not: join a running sandbox, and 
 namespace slirp4netns can join.
 
 STOP (part of destroy) freezes the cgroup, kills what is in it until nothing is, removes
-the cgroups, the iptables rule and the disk: no process of the tenant runs while its files
-are removed, and the files are removed as the sandbox user (provision.py).
+the cgroups, the iptables rule (and the uid's chain) and the disk: no process of the
+tenant runs while its files are removed, and the files are removed as the sandbox user
+(provision.py).
 """
 
 from __future__ import annotations
