@@ -19,6 +19,8 @@ from hosts.backends.ssh.backend import SshBackend
 from hosts.backends.ssh.connection import SshConnection
 from hosts.backends.ssh.hostprobe import HostFacts
 from hosts.backends.ssh.provision import provision
+from tests.agent.shellcases import shell
+from tests.agent.terminalcases import new_id
 from tests.security.ssh_tenants import HostListener, host_addresses
 from tests.ssh.egress_stage import (
     StandIn,
@@ -80,6 +82,18 @@ def test_the_proxy_is_in_the_environment_and_reached_with_the_sandboxs_credentia
     answer = probe(backend, box, "get", "http://allowed.test/path")["answer"]
     assert answer.startswith("200 stand-in"), answer
     assert stand_in.seen == [(basic(sandbox_id, token), "GET http://allowed.test/path HTTP/1.1")]
+
+
+def test_shell_sessions_have_the_proxy_too(backend: SshBackend, box: dict[str, Any]) -> None:
+    session = new_id("s")
+    try:
+        said = shell(backend, box, session, 'echo "$HTTPS_PROXY $NODE_EXTRA_CA_CERTS"')
+        assert said.stdout.decode().split() == [
+            f"http://{box['sandbox_id']}:{box['test_token']}@10.0.2.2:{box['egress']['port']}",
+            BUNDLE_PATH,
+        ], said
+    finally:
+        backend.close_terminal(box, session)
 
 
 def test_everything_but_the_proxy_is_refused(
