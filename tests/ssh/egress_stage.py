@@ -170,9 +170,13 @@ def inside(
     return result.stdout.decode()
 
 
-def probe(backend: SshBackend, state: dict[str, Any], *args: object) -> Any:
+def probe(backend: SshBackend, state: dict[str, Any], *args: object, unset: str = "") -> Any:
+    """PROBE's answer to `what args...` in the sandbox (with the variable `unset` removed
+    from its environment, when one is named)."""
     words = " ".join(str(a) for a in args)
-    return json.loads(inside(backend, state, f"python3 -c '{PROBE}' {words}").splitlines()[-1])
+    prefix = f"env -u {unset} " if unset else ""
+    said = inside(backend, state, f"{prefix}python3 -c '{PROBE}' {words}")
+    return json.loads(said.splitlines()[-1])
 
 
 def uid_chain(uid: int) -> list[str]:
@@ -224,9 +228,12 @@ def udp(target, payload):
         return "answered %r" % sock.recvfrom(2048)[0]
     except OSError as exc:
         return "failed %s" % exc
-def get(url):
+def get(url, header=None, variable=None):
+    request = urllib.request.Request(url)
+    if header:  # "Bearer $variable": a placeholder the proxy replaces
+        request.add_header(header, "Bearer " + os.environ[variable])
     try:
-        with urllib.request.urlopen(url, timeout=10) as answer:
+        with urllib.request.urlopen(request, timeout=10) as answer:
             return "%d %s" % (answer.status, answer.read().decode())
     except Exception as exc:
         return "failed %s" % exc
@@ -238,7 +245,7 @@ elif what == "dns":
     query = bytes.fromhex("abcd01000001000000000000") + b"\\x09localhost\\x00\\x00\\x01\\x00\\x01"
     print(json.dumps({"answer": udp(args[0] + ":53", query)}))
 elif what == "get":
-    print(json.dumps({"answer": get(args[0])}))
+    print(json.dumps({"answer": get(*args)}))
 elif what == "find":  # the needle: reversed in a file, removed once read (never in an argv)
     with open(args[0]) as handle:
         needle = handle.read().strip()[::-1].encode()

@@ -84,6 +84,16 @@ def test_the_proxy_is_in_the_environment_and_reached_with_the_sandboxs_credentia
     assert stand_in.seen == [(basic(sandbox_id, token), "GET http://allowed.test/path HTTP/1.1")]
 
 
+def test_no_process_of_the_sandbox_carries_roots_environment(
+    backend: SshBackend, box: dict[str, Any]
+) -> None:
+    # The holder was started by the provision script under sudo: its environment was root's,
+    # SUDO_COMMAND holding the whole script (paths, the egress variables), readable in /proc.
+    seen = inside(backend, box, "for f in /proc/[0-9]*/environ; do cat $f 2>/dev/null || :; done")
+    assert "SANDHUB_SANDBOX_ID=" in seen  # the search reads the sandbox's own processes
+    assert "SUDO_COMMAND=" not in seen and "egress_addr=" not in seen
+
+
 def test_shell_sessions_have_the_proxy_too(backend: SshBackend, box: dict[str, Any]) -> None:
     session = new_id("s")
     try:

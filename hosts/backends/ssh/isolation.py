@@ -223,9 +223,11 @@ rm -f -- "$dir/holder" "$dir/holder.json" "$dir/holder.ready"
 # joined namespaces still being built (an unmapped gid: "nsenter: setgid failed", one
 # create-then-run in a few). The command bubblewrap runs once all of it is done says so on
 # fd 4, and closes it; only then is the holder named.
+# With an empty environment: root's from sudo (the whole script in SUDO_COMMAND) would be
+# the holder's, which the sandbox reads in /proc.
 (
-  in_cgroups setsid setpriv --reuid="$uid" --regid="$gid" --clear-groups -- \\
-    unshare --user --map-current-user --keep-caps --net -- \\
+  in_cgroups env -i PATH="$PATH" setsid setpriv --reuid="$uid" --regid="$gid" --clear-groups \\
+    -- unshare --user --map-current-user --keep-caps --net -- \\
     sh -c 'ip link set lo up && exec setpriv --inh-caps=-all --ambient-caps=-all -- "$@"' \\
     sh bwrap "$@" -- /bin/sh -c 'echo ready >&4; exec sleep infinity 4>&-'
 ) 3>"$dir/holder.json" 4>"$dir/holder.ready" </dev/null >/dev/null 2>"$dir/holder.err" &
@@ -264,8 +266,8 @@ if [ -n "$network" ]; then
       || fail "cannot add the sandbox's egress rule (iptables)"
   fi
   (
-    in_cgroups setsid setpriv --reuid="$uid" --regid="$gid" --clear-groups -- \\
-      slirp4netns --configure --mtu=65520 $loopback --ready-fd=4 \\
+    in_cgroups env -i PATH="$PATH" setsid setpriv --reuid="$uid" --regid="$gid" \\
+      --clear-groups -- slirp4netns --configure --mtu=65520 $loopback --ready-fd=4 \\
       --userns-path="/proc/$outer/ns/user" --netns-type=path "/proc/$outer/ns/net" tap0
   ) 4>"$dir/slirp.ready" </dev/null >/dev/null 2>"$dir/slirp.err" &
   n=0
