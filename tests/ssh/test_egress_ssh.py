@@ -6,13 +6,14 @@ loopback ports and other addresses, a UDP echo, and slirp4netns's DNS forwarder.
 from __future__ import annotations
 
 import os
+import secrets
 import stat
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from hosts.backends.base import BackendError, EgressSpec
+from hosts.backends.base import LABEL_INSTANCE, BackendError, EgressSpec
 from hosts.backends.egress import BUNDLE_PATH, SYSTEM_BUNDLE_PATH
 from hosts.backends.ssh import egress
 from hosts.backends.ssh.backend import SshBackend
@@ -174,6 +175,27 @@ def test_destroy_removes_the_uids_rule_and_chain(
     backend.destroy({"sandbox_id": state["sandbox_id"], "dir": state["dir"]})
     assert output_rules(state["uid"]) == [] and uid_chain(state["uid"]) == []
     assert not os.path.exists(state["dir"])
+
+
+def test_a_fork_from_a_snapshot_has_its_own_policy(
+    backend: SshBackend, box: dict[str, Any], stand_in: StandIn, ca: str
+) -> None:
+    inside(backend, box, "echo kept > kept.txt")
+    taken = backend.snapshot(box, "snap_" + secrets.token_hex(6), {LABEL_INSTANCE: "egress"})
+    try:
+        spec = egress_spec(stand_in.port, ca, snapshot=taken.state)
+        fork = backend.provision(spec)
+        try:
+            assert inside(backend, fork, "cat kept.txt") == "kept\n"
+            assert ca.strip() in inside(backend, fork, f"cat {BUNDLE_PATH}")
+            stand_in.seen.clear()
+            answer = probe(backend, fork, "get", "http://allowed.test/fork")["answer"]
+            assert answer.startswith("200 stand-in"), answer
+            assert stand_in.seen[0][0] == basic(spec.sandbox_id, spec.egress.token)  # type: ignore[union-attr]
+        finally:
+            backend.destroy(fork)
+    finally:
+        backend.delete_snapshot(taken.state)
 
 
 # -- refused before anything is made -----------------------------------------------------------
