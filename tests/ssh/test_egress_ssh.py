@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import secrets
 import stat
+import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -201,29 +202,38 @@ def test_a_fork_from_a_snapshot_has_its_own_policy(
 # -- refused before anything is made -----------------------------------------------------------
 
 
-def nothing_left(backend: SshBackend, sandbox_id: str, conn: SshConnection) -> None:
+def egress_chains() -> set[str]:
+    listed = subprocess.run(["iptables", "-w", "-S"], capture_output=True, text=True).stdout
+    return {line.split()[1] for line in listed.splitlines() if line.startswith("-N SANDHUB-")}
+
+
+def nothing_left(
+    backend: SshBackend, sandbox_id: str, conn: SshConnection, chains: set[str]
+) -> None:
+    """No directory, no user, no chain more than before (no uid was ever given)."""
     assert not os.path.exists(f"{backend.base_dir}/{sandbox_id}")
     assert not user_exists(conn, "sbx-" + sandbox_id[3:])
+    assert egress_chains() == chains
 
 
 def test_network_without_an_egress_policy_is_refused(
     backend: SshBackend, stand_in: StandIn, ca: str
 ) -> None:
-    spec = egress_spec(stand_in.port, ca, egress=None)
+    spec, chains = egress_spec(stand_in.port, ca, egress=None), egress_chains()
     with pytest.raises(BackendError, match="network without an egress policy"):
         backend.provision(spec)
-    nothing_left(backend, spec.sandbox_id, backend.connection())
+    nothing_left(backend, spec.sandbox_id, backend.connection(), chains)
 
 
 def test_a_remote_host_needs_its_egress_proxy_option(
     backend: SshBackend, sshd: Sshd, base_dir: str, stand_in: StandIn, ca: str, monkeypatch
 ) -> None:
     monkeypatch.setattr(egress, "is_this_machine", lambda address: False)
-    spec = egress_spec(stand_in.port, ca)
+    spec, chains = egress_spec(stand_in.port, ca), egress_chains()
     with pytest.raises(BackendError, match="egress_proxy") as refused:
         backend.provision(spec)
     assert "is not this machine" in str(refused.value)
-    nothing_left(backend, spec.sandbox_id, backend.connection())
+    nothing_left(backend, spec.sandbox_id, backend.connection(), chains)
     # Told how that host reaches the proxy (here, a port of its loopback), it has network.
     told = backend_for(sshd, sshd.username, base_dir, egress_proxy=f"127.0.0.1:{stand_in.port}")
     try:
