@@ -37,7 +37,7 @@ from collections.abc import Iterator
 import pytest
 from django.conf import settings
 
-from hosts.backends.base import LABEL_INSTANCE, SandboxSpec
+from hosts.backends.base import LABEL_INSTANCE, EgressSpec, SandboxSpec
 from hosts.backends.docker import DockerBackend
 from hosts.models import Host
 from sandboxes import services
@@ -55,6 +55,7 @@ from tests.security.ssh_tenants import (
     stop_quietly,
     wait_for,
 )
+from tests.ssh.egress_stage import make_ca
 from tests.ssh.helpers import new_id
 
 pytestmark = [pytest.mark.sshd]
@@ -258,6 +259,8 @@ def test_an_ssh_sandbox_cannot_reach_a_docker_sandboxs_bridge_address(pair: Pair
         memory_mb=256,
         pids_limit=64,
         network=True,
+        # Network goes with an egress policy (issue 27); nothing here connects to the proxy.
+        egress=EgressSpec(mode="public", proxy_port=9, dns_port=9, token="t", ca_pem=make_ca()),
         labels={LABEL_INSTANCE: DOCKER_INSTANCE, "org.sandhub.team": "beta"},
     )
     state = docker.provision(spec)

@@ -117,7 +117,7 @@ def new_id(prefix: str = "sb_") -> str:
 
 def spec(sandbox_id: str | None = None, gpus: tuple[int, ...] = ()) -> SandboxSpec:
     return SandboxSpec(sandbox_id=sandbox_id or new_id(), image_reference="", cpus=1.5,
-                       memory_mb=512, pids_limit=200, network=True,
+                       memory_mb=512, pids_limit=200, network=False,
                        env={"GREETING": "hi there"}, gpus=gpus)  # fmt: skip
 
 

@@ -16,12 +16,13 @@ from typing import Any
 
 import pytest
 
-from hosts.backends.base import BackendError, SandboxGone, SandboxSpec
+from hosts.backends.base import BackendError, EgressSpec, SandboxGone, SandboxSpec
 from hosts.backends.ssh import isolation, layout
 from hosts.backends.ssh.backend import SshBackend
 from hosts.backends.ssh.connection import SshConnection
 from hosts.backends.ssh.provision import destroy, ensure_present, provision, status
 from tests.ssh import helpers
+from tests.ssh.egress_stage import make_ca
 from tests.ssh.helpers import INSTANCE, make_backend, sh, user_exists
 from tests.ssh.sshd import Sshd
 
@@ -48,6 +49,11 @@ def spec(**changes: Any) -> SandboxSpec:
     }
     values.update(changes)
     return SandboxSpec(**values)
+
+
+def egress_policy() -> EgressSpec:
+    """A policy whose proxy port nothing here connects to (test_egress_ssh.py does)."""
+    return EgressSpec(mode="public", proxy_port=9, dns_port=53, token="t", ca_pem=make_ca())
 
 
 def run(backend: SshBackend, state: dict[str, Any], script: str) -> str:
@@ -78,12 +84,13 @@ def test_an_isolated_sandbox_runs_in_namespaces_of_its_own(backend: SshBackend) 
 
 
 def test_network_on_is_user_mode_and_destroy_removes_its_rule(backend: SshBackend) -> None:
-    state = backend.provision(spec(network=True))
+    state = backend.provision(spec(network=True, egress=egress_policy()))
     try:
         links = run(backend, state, "tail -n +3 /proc/net/dev | cut -d: -f1").split()
         assert sorted(links) == ["lo", "tap0"]
         rules = subprocess.run(["iptables", "-w", "-S", "OUTPUT"], capture_output=True, text=True)
-        assert f"--uid-owner {state['uid']} -j SANDHUB-EGRESS" in rules.stdout
+        chain = f"{isolation.CHAIN}-{state['uid']}"
+        assert f"--uid-owner {state['uid']} -j {chain}" in rules.stdout
     finally:
         backend.destroy(state)
     rules = subprocess.run(["iptables", "-w", "-S", "OUTPUT"], capture_output=True, text=True)
@@ -130,6 +137,9 @@ def left_of(conn: SshConnection, state: dict[str, Any]) -> list[str]:
     rules = subprocess.run(["iptables", "-w", "-S", "OUTPUT"], capture_output=True, text=True)
     if f"--uid-owner {state.get('uid')} " in rules.stdout:
         left.append("iptables rule")
+    chain = f"{isolation.CHAIN}-{state.get('uid')}"
+    if subprocess.run(["iptables", "-w", "-S", chain], capture_output=True).returncode == 0:
+        left.append("iptables chain")
     return left
 
 

@@ -22,7 +22,7 @@ from tests.leftovers import remove_sandboxes_under
 from tests.ssh.helpers import make_backend
 from tests.ssh.logins import PLAIN_USER
 from tests.ssh.sshd import Sshd
-from tests.ssh.test_isolated import cgroup_dirs, left_of, processes
+from tests.ssh.test_isolated import cgroup_dirs, egress_policy, left_of, processes
 
 pytestmark = pytest.mark.sshd
 
@@ -93,7 +93,7 @@ def test_pause_freezes_the_cgroup_and_resume_goes_on(backend: SshBackend) -> Non
 def test_stop_ends_everything_keeps_the_files_and_start_makes_it_again(
     backend: SshBackend,
 ) -> None:
-    state = backend.provision(spec(network=True))
+    state = backend.provision(spec(network=True, egress=egress_policy()))
     conn = backend.connection()
     try:
         run(backend, state, "echo survives > /workspace/notes.txt; echo gone > /tmp/scratch")

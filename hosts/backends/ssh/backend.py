@@ -44,7 +44,16 @@ from hosts.backends.base import (
 )
 from hosts.backends.fallback.commands import PlainCommands
 from hosts.backends.fallback.jobs import PlainJobs
-from hosts.backends.ssh import hostkeys, hostprobe, layout, ports, provision, snapshots, suspend
+from hosts.backends.ssh import (
+    egress,
+    hostkeys,
+    hostprobe,
+    layout,
+    ports,
+    provision,
+    snapshots,
+    suspend,
+)
 from hosts.backends.ssh.agent import MAX_AGENTS, SshAgentPlace
 from hosts.backends.ssh.connection import SshConnection, SshTarget
 from hosts.backends.ssh.hostprobe import HostFacts
@@ -131,7 +140,12 @@ class SshBackend(AgentFirstBackend):
     # --- lifecycle ---------------------------------------------------------------------------
     def provision(self, spec: SandboxSpec) -> dict[str, Any]:
         return provision.provision(
-            self.connection(), self.facts(), spec, self.base_dir, settings.SANDHUB_INSTANCE
+            self.connection(),
+            self.facts(),
+            spec,
+            self.base_dir,
+            settings.SANDHUB_INSTANCE,
+            egress_proxy=self.host.options.get(egress.OPTION),
         )
 
     def destroy(self, state: dict[str, Any]) -> None:

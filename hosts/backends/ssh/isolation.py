@@ -19,11 +19,15 @@ a loop device, slirp4netns), provision runs START after making the sandbox's use
   private size-capped /tmp and /dev/shm, empty /var/tmp and /run, the base directory hidden
   (other sandboxes live there) but for this sandbox's own, and the workspace at /workspace.
   The device nodes of the sandbox's GPUs, and only those, are bound in.
-- network on: slirp4netns (user-mode networking) as the sandbox user, with the host's
-  loopback refused (--disable-host-loopback), and an iptables chain matched by the sandbox
-  user's uid that refuses, for the connections slirp4netns makes on its behalf, the host's
-  own addresses, link-local, and every interface but the default route's (Docker bridges).
-  Off: the namespace has a loopback and nothing else.
+- network on: slirp4netns (user-mode networking) as the sandbox user, and an iptables chain
+  of the sandbox user's uid for the connections slirp4netns makes on its behalf: with an
+  egress policy (egress.py) it accepts TCP to the egress proxy alone (the host's loopback,
+  10.0.2.2 inside, allowed to slirp4netns for that) and refuses every other packet; a
+  sandbox made before policies keeps the host's loopback refused (--disable-host-loopback)
+  and a shared chain refusing the host's own addresses, link-local, and every interface
+  but the default route's (Docker bridges). Off: the namespace has a loopback and nothing
+  else. With a policy, START also writes the trust bundle (from its stdin) into the
+  sandbox directory, and the holder binds it read-only where clients look for CAs.
 
 Everything of the sandbox then runs through ENTER (`enter_prefix`): as root, check the
 holder is this sandbox's (its cgroup names the sandbox: a recycled pid is not), join the
@@ -36,8 +40,9 @@ unshare (util-linux) do the two things it does not: join a running sandbox, and 
 namespace slirp4netns can join.
 
 STOP (part of destroy) freezes the cgroup, kills what is in it until nothing is, removes
-the cgroups, the iptables rule and the disk: no process of the tenant runs while its files
-are removed, and the files are removed as the sandbox user (provision.py).
+the cgroups, the iptables rule (and the uid's chain) and the disk: no process of the
+tenant runs while its files are removed, and the files are removed as the sandbox user
+(provision.py).
 """
 
 from __future__ import annotations
@@ -45,6 +50,9 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from hosts.backends.ssh import egress
+from hosts.backends.ssh.egress import EgressRoute
 
 __all__ = [
     "CGROUPS",
@@ -83,10 +91,12 @@ cg_freeze() {  # $1: 1 to freeze, 0 to thaw
     fi
   done
 }
-drop_egress_rule() {  # $1: a uid; every OUTPUT rule sending it to the egress chain
+drop_egress_rule() {  # $1: a uid; its OUTPUT rules (to the shared chain or its own: egress.py)
   case $1 in ''|*[!0-9]*) return 0 ;; esac
   command -v iptables >/dev/null 2>&1 || return 0
   while iptables -w -D OUTPUT -m owner --uid-owner "$1" -j "$chain" 2>/dev/null; do :; done
+  while iptables -w -D OUTPUT -m owner --uid-owner "$1" -j "$chain-$1" 2>/dev/null; do :; done
+  if iptables -w -F "$chain-$1" 2>/dev/null; then iptables -w -X "$chain-$1"; fi
 }
 cg_frozen() {  # every cgroup of the sandbox frozen (v1 freezer.state, v2 cgroup.events)
   found=
@@ -187,7 +197,9 @@ if [ -n "$snapform" ]; then restore_workspace; fi
 """
 
 # The holder and, with network, user-mode networking: what a restart makes again.
-HOLDER = """\
+HOLDER = (
+    egress.FIREWALL
+    + """\
 # The holder. Its root: a tmpfs with the host's top-level directories bound read-only.
 set -- --unshare-user --unshare-ipc --unshare-pid --unshare-uts --unshare-cgroup \\
   --disable-userns --hostname sandbox --info-fd 3
@@ -202,15 +214,20 @@ set -- "$@" --dev /dev --proc /proc --size "$((tmp_mb * 1048576))" --tmpfs /tmp 
   --size "$((shm_mb * 1048576))" --tmpfs /dev/shm --tmpfs /var/tmp --tmpfs /run \\
   --tmpfs "$base" --bind "$dir" "$dir" --bind "$dir/workspace" /workspace --chdir /workspace
 for d in $devices; do set -- "$@" --dev-bind-try "$d" "$d"; done
+"""
+    + egress.BINDS
+    + """\
 rm -f -- "$dir/holder" "$dir/holder.json" "$dir/holder.ready"
 # bubblewrap names its child (fd 3) before the child has built the sandbox: its mounts, its
 # pivot_root and the user namespace of --disable-userns come after. A command entering then
 # joined namespaces still being built (an unmapped gid: "nsenter: setgid failed", one
 # create-then-run in a few). The command bubblewrap runs once all of it is done says so on
 # fd 4, and closes it; only then is the holder named.
+# With an empty environment: root's from sudo (the whole script in SUDO_COMMAND) would be
+# the holder's, which the sandbox reads in /proc.
 (
-  in_cgroups setsid setpriv --reuid="$uid" --regid="$gid" --clear-groups -- \\
-    unshare --user --map-current-user --keep-caps --net -- \\
+  in_cgroups env -i PATH="$PATH" setsid setpriv --reuid="$uid" --regid="$gid" --clear-groups \\
+    -- unshare --user --map-current-user --keep-caps --net -- \\
     sh -c 'ip link set lo up && exec setpriv --inh-caps=-all --ambient-caps=-all -- "$@"' \\
     sh bwrap "$@" -- /bin/sh -c 'echo ready >&4; exec sleep infinity 4>&-'
 ) 3>"$dir/holder.json" 4>"$dir/holder.ready" </dev/null >/dev/null 2>"$dir/holder.err" &
@@ -229,21 +246,28 @@ echo "$holder" > "$dir/holder"
 # bubblewrap's outer process: in the network namespace, and in the user namespace owning it.
 outer=$(sed -n 's/^PPid:[[:space:]]*//p' "/proc/$holder/status")
 
-# Network on: user-mode networking, and what it may not reach.
+# Network on: user-mode networking, and what it may not reach: with an egress policy, the
+# proxy alone (egress.py); without (a sandbox made before policies), no address of the host.
 if [ -n "$network" ]; then
-  iface=$(ip -o route show default 2>/dev/null | sed -n 's/.* dev \\([^ ]*\\).*/\\1/p' | head -n1)
-  [ -n "$iface" ] || fail "the host has no default route: no network for the sandbox"
-  if iptables -w -N "$chain" 2>/dev/null; then
-    iptables -w -A "$chain" -m addrtype --dst-type LOCAL -j REJECT
-    iptables -w -A "$chain" -d 169.254.0.0/16 -j REJECT
-    iptables -w -A "$chain" ! -o "$iface" -j REJECT
+  loopback=--disable-host-loopback
+  if [ -n "$egress_port" ]; then
+    egress_firewall
+    if [ -n "$egress_loopback" ]; then loopback=; fi
+  else
+    iface=$(ip -o route show default 2>/dev/null | sed -n 's/.* dev \\([^ ]*\\).*/\\1/p' | head -n1)
+    [ -n "$iface" ] || fail "the host has no default route: no network for the sandbox"
+    if iptables -w -N "$chain" 2>/dev/null; then
+      iptables -w -A "$chain" -m addrtype --dst-type LOCAL -j REJECT
+      iptables -w -A "$chain" -d 169.254.0.0/16 -j REJECT
+      iptables -w -A "$chain" ! -o "$iface" -j REJECT
+    fi
+    echo "$uid" > "$dir/egress-uid"
+    iptables -w -I OUTPUT 1 -m owner --uid-owner "$uid" -j "$chain" \\
+      || fail "cannot add the sandbox's egress rule (iptables)"
   fi
-  echo "$uid" > "$dir/egress-uid"
-  iptables -w -I OUTPUT 1 -m owner --uid-owner "$uid" -j "$chain" \\
-    || fail "cannot add the sandbox's egress rule (iptables)"
   (
-    in_cgroups setsid setpriv --reuid="$uid" --regid="$gid" --clear-groups -- \\
-      slirp4netns --configure --mtu=65520 --disable-host-loopback --ready-fd=4 \\
+    in_cgroups env -i PATH="$PATH" setsid setpriv --reuid="$uid" --regid="$gid" \\
+      --clear-groups -- slirp4netns --configure --mtu=65520 $loopback --ready-fd=4 \\
       --userns-path="/proc/$outer/ns/user" --netns-type=path "/proc/$outer/ns/net" tap0
   ) 4>"$dir/slirp.ready" </dev/null >/dev/null 2>"$dir/slirp.err" &
   n=0
@@ -254,8 +278,9 @@ if [ -n "$network" ]; then
   done
 fi
 """
+)
 
-START = CGROUPS + MAKE_DISK + HOLDER
+START = egress.TRUST + CGROUPS + MAKE_DISK + HOLDER
 
 # As root, with $id, $dir, $uid set: every process of the sandbox stopped, its cgroups,
 # egress rule and disk removed. Safe to run on a sandbox half made, or already stopped.
@@ -323,9 +348,15 @@ exec nsenter -t "$holder" -a -r -w -S "$uid" -G "$gid" -- setpriv --no-new-privs
 
 
 def start_variables(
-    state: Mapping[str, Any], *, disk_mb: int, network: bool, devices: Sequence[str]
+    state: Mapping[str, Any],
+    *,
+    disk_mb: int,
+    network: bool,
+    devices: Sequence[str],
+    route: EgressRoute | None = None,
 ) -> dict[str, str]:
-    """START's shell variables besides those of provision ($id, $dir, $base, $user)."""
+    """START's shell variables besides those of provision ($id, $dir, $base, $user); route:
+    the egress policy's (None: none, as for a sandbox made before policies)."""
     limits = state.get("limits") or {}
     memory_mb = int(limits.get("memory_mb") or 0)
     return {
@@ -339,7 +370,10 @@ def start_variables(
         "network": "1" if network else "",
         "devices": " ".join(devices),
         "chain": CHAIN,
-    }
+        "egress_addr": "",
+        "egress_port": "",
+        "egress_loopback": "",
+    } | (route.shell_variables() if route is not None else {})
 
 
 def gpu_devices(gpus: Sequence[int]) -> list[str]:

@@ -26,8 +26,9 @@ import re
 from typing import Any
 
 from hosts.backends.base import BackendError, SandboxGone, SandboxSpec
+from hosts.backends.egress import trust_bundle
 from hosts.backends.gpus import gpu_environment
-from hosts.backends.ssh import isolation, layout
+from hosts.backends.ssh import egress, isolation, layout
 from hosts.backends.ssh.connection import RunResult, SshConnection
 from hosts.backends.ssh.errors import SshError
 from hosts.backends.ssh.hostprobe import HostFacts
@@ -156,18 +157,25 @@ def provision(
     base_dir: str,
     instance: str,
     *,
+    egress_proxy: object = None,
     timeout: float = PROVISION_TIMEOUT,
 ) -> dict[str, Any]:
     """Create the sandbox `spec` describes under base_dir; return its backend state.
 
-    Its own Unix user when facts.per_sandbox_users, else it runs as the login user. Raises
-    BackendError (nothing left behind) when the host refuses.
+    Its own Unix user when facts.per_sandbox_users, else it runs as the login user. With
+    network, an isolated host's sandbox reaches only the egress proxy (egress.py; the host's
+    option egress_proxy says where a remote host reaches it). Raises BackendError (nothing
+    left behind) when the host refuses.
     """
+    own = facts.per_sandbox_users
+    isolate = own and facts.isolated
+    route = _egress_route(conn, facts, spec, isolate, egress_proxy)
     try:
         sandbox_id = layout.check_sandbox_id(spec.sandbox_id)
         base = layout.check_base_dir(base_dir)
-        own = facts.per_sandbox_users
-        isolate = own and facts.isolated
+        proxied: dict[str, str] = {}
+        if route is not None and spec.egress is not None:
+            proxied = egress.proxy_variables(sandbox_id, spec.egress, route)
         state = layout.make_state(
             base_dir=base,
             sandbox_id=sandbox_id,
@@ -175,13 +183,16 @@ def provision(
             own_user=own,
             limits={"memory_mb": spec.memory_mb, "cpus": spec.cpus, "pids": spec.pids_limit},
             # Placement's GPUs win over the sandbox's env; none given hides every GPU.
-            env={**spec.env, **gpu_environment(spec.gpus)},
+            # The proxy's variables last: the sandbox's own cannot point elsewhere.
+            env={**spec.env, **gpu_environment(spec.gpus), **proxied},
             systemd=facts.systemd and own and not isolate,
             isolated=isolate,
             network=spec.network,
         )
     except ValueError as exc:
         raise BackendError(f"cannot create sandbox {spec.sandbox_id!r}: {exc}") from None
+    if route is not None:
+        state["egress"] = route.as_state()
     if not _INSTANCE_RE.match(instance):
         raise BackendError(f"malformed instance name {instance[:40]!r}")
     variables = {
@@ -204,11 +215,14 @@ def provision(
             disk_mb=spec.disk_mb or isolation.DEFAULT_DISK_MB,
             network=spec.network,
             devices=isolation.gpu_devices(spec.gpus),
+            route=route,
         )
         body += isolation.START
     command = layout.script_command(body + 'echo "ok ${uid:-} ${gid:-}"\n', variables, sudo=own)
+    # The trust bundle on stdin (isolation.START writes it): never in an argv.
+    bundle = trust_bundle(spec.egress.ca_pem) if route and spec.egress else None
     try:
-        result = conn.run(command, timeout=timeout)
+        result = conn.run(command, stdin=bundle, timeout=timeout)
     except SshError:
         _undo_quietly(conn, state)  # the script may not have finished, nor undone its part
         raise
@@ -219,6 +233,28 @@ def provision(
     if isolate:
         state |= _ids(result)
     return state
+
+
+def _egress_route(
+    conn: SshConnection, facts: HostFacts, spec: SandboxSpec, isolate: bool, option: object
+) -> egress.EgressRoute | None:
+    """Where the sandbox's network may go (None: no network, or a host of one team without
+    isolation, whose sandboxes keep the host's network); BackendError before anything is
+    made when the policy cannot be kept there."""
+    if spec.egress is not None and not isolate:
+        missing = "; ".join(facts.isolation_missing) or "no per-sandbox users"
+        raise BackendError(
+            f"an egress policy needs an isolated SSH host (a network namespace per sandbox), "
+            f"and {conn.target.where} is not: {missing}"
+        )
+    if not isolate or not spec.network:
+        return None
+    if spec.egress is None:
+        raise BackendError(
+            f"network without an egress policy: sandbox {spec.sandbox_id} on the isolated host "
+            f"{conn.target.where} may reach the network only through the egress proxy"
+        )
+    return egress.route_for(spec.egress, conn.target.address, option)
 
 
 def _ids(result: RunResult) -> dict[str, int]:

@@ -24,7 +24,7 @@ import posixpath
 from typing import Any
 
 from hosts.backends.base import BackendError, SandboxGone, Unsupported
-from hosts.backends.ssh import isolation, layout
+from hosts.backends.ssh import egress, isolation, layout
 from hosts.backends.ssh.connection import RunResult, SshConnection
 
 __all__ = ["halt", "pause", "restart", "resume"]
@@ -176,6 +176,7 @@ def _start_variables(state: dict[str, Any]) -> dict[str, str]:
         disk_mb=0,  # the disk is there: not made again
         network=bool(state.get("network")),
         devices=isolation.gpu_devices(gpus),
+        route=egress.route_from_state(state),  # the same policy as before the stop
     )
 
 
