@@ -9,7 +9,6 @@ The stand-ins listen on 0.0.0.0 of this machine, like the real proxy: the rules 
 from __future__ import annotations
 
 import contextlib
-import datetime
 import queue
 import socket
 import subprocess
@@ -21,11 +20,8 @@ from typing import Any
 
 import dns.message
 import dns.rrset
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
+from egress.ca import generate_ca
 from hosts.backends.base import EgressSpec, ExecResult
 from hosts.backends.docker import DockerBackend
 from tests.docker.helpers import make_spec, run
@@ -34,22 +30,9 @@ ARRIVAL_SECONDS = 10.0  # how long a datagram or connection may take to arrive, 
 
 
 def make_ca_pem() -> str:
-    """A self-signed CA certificate (its key thrown away: only trust is under test)."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"sandhub test CA {uuid.uuid4()}")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    return certificate.public_bytes(serialization.Encoding.PEM).decode()
+    """A real self-signed CA certificate (PEM), as the deployment's would be (its key thrown
+    away: only trust is under test)."""
+    return generate_ca(f"sandhub test CA {uuid.uuid4()}")[0]
 
 
 def egress_spec(proxy_port: int, dns_port: int, ca_pem: str = "", **overrides: Any) -> Any:

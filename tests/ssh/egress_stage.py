@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import datetime
 import http.server
 import json
 import secrets
@@ -26,11 +25,7 @@ import subprocess
 import threading
 from typing import Any
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
-
+from egress.ca import generate_ca
 from hosts.backends.base import EgressSpec, SandboxSpec
 from hosts.backends.ssh.backend import SshBackend
 from hosts.backends.ssh.isolation import CHAIN
@@ -94,24 +89,9 @@ def basic(sandbox_id: str, token: str) -> str:
 
 
 def make_ca() -> str:
-    """A real self-signed CA certificate (PEM), as the deployment's would be."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name(
-        [x509.NameAttribute(NameOID.COMMON_NAME, f"sandhub test {secrets.token_hex(4)}")]
-    )
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    return cert.public_bytes(serialization.Encoding.PEM).decode()
+    """A real self-signed CA certificate (PEM), as the deployment's would be (its key thrown
+    away: only trust is under test)."""
+    return generate_ca(f"sandhub test {secrets.token_hex(4)}")[0]
 
 
 def egress_spec(proxy_port: int, ca_pem: str, **changes: Any) -> SandboxSpec:
