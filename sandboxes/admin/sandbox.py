@@ -132,7 +132,8 @@ class SandboxAdmin(UsageChartsAdmin, DeleteThroughServiceMixin, LifecycleActions
 
     @admin.display(description="env")
     def env_pretty(self, sandbox: Sandbox) -> str:
-        return pretty_json(sandbox.env)
+        # A stored secret's value given as a variable at create is masked here too.
+        return services.mask_secrets(sandbox.team_id, sandbox.owner_id, pretty_json(sandbox.env))
 
     @admin.display(description="backend state")
     def backend_state_pretty(self, sandbox: Sandbox) -> str:

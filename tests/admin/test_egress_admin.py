@@ -12,8 +12,10 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from sandboxes.models import EgressRefusal, EgressSecret
-from tenants.models import AuditLog, Team
+from sandboxes import services
+from sandboxes.models import EgressRefusal, EgressSecret, Sandbox
+from tenants.models import AuditLog, Channel, Team
+from tenants.principal import Principal
 from tests.admin.helpers import World, messages_of, url
 
 pytestmark = pytest.mark.django_db
@@ -144,3 +146,19 @@ def test_refusals_are_read_only_and_inline_on_the_sandbox(
     assert staff_client.post(change, {"count": "0"}).status_code == 403
     page = staff_client.get(url(world.sandbox, "change", world.sandbox.pk)).content.decode()
     assert "evil.example:443" in page and "refused connections" in page.lower()
+
+
+def test_a_secret_value_given_as_a_variable_is_masked_on_the_sandbox_page(
+    staff_client: Client, world: World
+) -> None:
+    # The member created the sandbox with the value itself in env (not its placeholder).
+    services.add_secret(
+        Principal(user=world.member, team=world.team, channel=Channel.WEB),
+        name="TEAM_KEY",
+        hosts=["api.example.com"],
+        value=VALUE,
+    )
+    Sandbox.objects.filter(pk=world.sandbox.pk).update(env={"KEY": VALUE, "MODE": "fast"})
+    page = staff_client.get(url(world.sandbox, "change", world.sandbox.pk)).content.decode()
+    assert "[secret TEAM_KEY]" in page and "fast" in page
+    assert VALUE not in page
