@@ -29,7 +29,7 @@ from egress.ca import generate_ca
 from hosts.backends.base import EgressSpec, SandboxSpec
 from hosts.backends.ssh.backend import SshBackend
 from hosts.backends.ssh.isolation import CHAIN
-from hosts.models import Credential, Host
+from tests.ssh.helpers import make_backend
 from tests.ssh.sshd import Sshd
 
 
@@ -118,19 +118,9 @@ def egress_spec(proxy_port: int, ca_pem: str, **changes: Any) -> SandboxSpec:
 
 def backend_for(server: Sshd, username: str, base_dir: str, **options: Any) -> SshBackend:
     """SshBackend logging in to `server` as `username` (unsaved Host: no database needed)."""
-    credential = Credential(name="egress-box", kind=Credential.Kind.PRIVATE_KEY, username=username)
-    credential.set_secret(server.client_keys["ed25519"].text)
-    host = Host(
-        name="egress-box",
-        kind="ssh",
-        endpoint=f"{server.address}:{server.port}",
-        credential=credential,
-        base_dir=base_dir,
-        host_key_pinned=server.fingerprint,
-        host_key_type="ssh-ed25519",
-        options=options,
+    return make_backend(
+        server, base_dir, agent=True, name="egress-box", username=username, options=options
     )
-    return SshBackend(host)
 
 
 def inside(

@@ -200,11 +200,21 @@ def host_on(server: Sshd, workdir: Path, settings: Any, docker_host: Host) -> It
     reset_backends()
 
 
-def make_backend(sshd: Sshd, base_dir: str, *, agent: bool, name: str = "ports-box") -> SshBackend:
-    """SshBackend on the test's sshd (unsaved Host and Credential: no database needed); without
-    the agent, as a host without python3 looks to the backend."""
+def make_backend(
+    sshd: Sshd,
+    base_dir: str,
+    *,
+    agent: bool,
+    name: str = "ports-box",
+    username: str | None = None,
+    options: dict[str, Any] | None = None,
+) -> SshBackend:
+    """SshBackend on the test's sshd (unsaved Host and Credential: no database needed), logging
+    in as `username` (default: the sshd's user), with the host's `options`; without the agent,
+    as a host without python3 looks to the backend."""
     key = sshd.client_keys["ed25519"]
-    credential = Credential(name=name, kind=Credential.Kind.PRIVATE_KEY, username=sshd.username)
+    login = username or sshd.username
+    credential = Credential(name=name, kind=Credential.Kind.PRIVATE_KEY, username=login)
     credential.set_secret(key.text)
     host = Host(
         name=name,
@@ -214,6 +224,7 @@ def make_backend(sshd: Sshd, base_dir: str, *, agent: bool, name: str = "ports-b
         base_dir=base_dir,
         host_key_pinned=sshd.fingerprint,
         host_key_type="ssh-ed25519",
+        options=options or {},
     )
     ssh = SshBackend(host)
     if not agent:
