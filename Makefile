@@ -11,8 +11,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.sandhub-installed
 # chromium: the browser tests of the web pages (tests/web/) drive Debian's package. bubblewrap,
 # slirp4netns, iproute2: isolated sandboxes on the SSH hosts the tests start (ssh/isolation.py).
+# nginx: the reverse proxy of docs/deploy.md, tested in front of two web processes.
 SYSTEM_PACKAGES := docker.io debootstrap openssh-server sudo postgresql iptables e2fsprogs chromium \
-	bubblewrap slirp4netns iproute2
+	bubblewrap slirp4netns iproute2 nginx
 # pip-tools lives in its own environment (under the ignored var/) so the locked one stays exact.
 # Not named PIP_*: pip reads PIP_<option> variables from the environment, and make exports
 # variables given on its command line (make lock LOCK_COMPILER=/path/to/pip-compile).
