@@ -293,9 +293,9 @@ SANDHUB_USAGE_KEEP_HOURS = env_int("SANDHUB_USAGE_KEEP_HOURS", 24, minimum=1)
 INSTALLED_APPS += ["mcp_bridge"]
 # Commands run through MCP at the same time, per web process (each holds a thread).
 SANDHUB_MCP_COMMAND_THREADS = env_int("SANDHUB_MCP_COMMAND_THREADS", 100, minimum=1)
-# FastMCP's OpenTelemetry spans, one per MCP request: worth having only where the operator has
-# installed an OpenTelemetry SDK and exporter. Without one they record nothing, yet FastMCP's
-# span code took 5.0% of the web workers' CPU under bench/bench_load.py (py-spy); off, 2.7%.
+# OpenTelemetry traces of MCP calls, exported over OTLP/HTTP to OTEL_EXPORTER_OTLP_ENDPOINT
+# (mcp_bridge/tracing.py, docs/tracing.md). Off by default: FastMCP's span code alone took
+# 5.0% of the web workers' CPU under bench/bench_load.py (py-spy); off, 2.7%.
 SANDHUB_MCP_TRACING = env_bool("SANDHUB_MCP_TRACING", False)
 # An MCP session's selected sandbox is forgotten after this many hours without use.
 SANDHUB_MCP_SESSION_HOURS = env_int("SANDHUB_MCP_SESSION_HOURS", 24, minimum=1)
