@@ -13,6 +13,7 @@ from cryptography.fernet import Fernet
 from platform_site.env import (
     EnvError,
     env_bool,
+    env_choice,
     env_host_map,
     env_int,
     env_list,
@@ -20,6 +21,7 @@ from platform_site.env import (
     generate_django_secret,
     secret_from_file,
 )
+from platform_site.logformat import LOG_FORMATS, logging_config
 from platform_site.private_files import private_directory
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -147,15 +149,12 @@ STATIC_ROOT = VAR_DIR / "static"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 LOGIN_URL = "/login/"
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    # The MCP SDK logs every stateless request's set-up and tear-down at INFO: a line (and a
-    # few hundred microseconds of the event loop) per tool call, saying nothing.
-    "loggers": {"mcp": {"level": env_str("MCP_LOG_LEVEL", "WARNING")}},
-}
+# Text, or one JSON object a line for a log collector (SANDHUB_LOG_FORMAT=json: logformat.py).
+LOGGING = logging_config(
+    env_choice("SANDHUB_LOG_FORMAT", "text", LOG_FORMATS),
+    level=env_str("LOG_LEVEL", "INFO"),
+    mcp_level=env_str("MCP_LOG_LEVEL", "WARNING"),
+)
 
 # django-q2 with the ORM broker: no extra service to run. It reads this once at import.
 Q_CLUSTER = {
