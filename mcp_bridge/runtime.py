@@ -99,9 +99,7 @@ async def call_long(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 async def read(fn: Callable[..., T], *args: Any) -> T:
     """Like call(), for resources: errors become ResourceError."""
     with service_span(fn):
-        return await anyio.to_thread.run_sync(
-            functools.partial(_guarded, ResourceError, fn, *args)
-        )
+        return await anyio.to_thread.run_sync(functools.partial(_guarded, ResourceError, fn, *args))
 
 
 class OutputPump:

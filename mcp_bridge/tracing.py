@@ -13,7 +13,7 @@ its own spans then (server.py sets its telemetry mode), and this module adds:
 Never the arguments' contents, the output, error messages or any key: a span carries names,
 ids and outcomes only. FastMCP's spans record an exception's message and traceback (a
 message may quote an argument: "sandbox sb_x not found"), so the exporter is wrapped in
-one that drops exception events and status descriptions (RedactingExporter). FastMCP's
+one that drops exception events and status descriptions (tracing_export.py). FastMCP's
 spans also carry `enduser.id`: the API key's public prefix (shk_xxxxxxxx), never the key.
 Off: no provider, no middleware; runtime asks one module flag.
 """
@@ -21,9 +21,8 @@ Off: no provider, no middleware; runtime asks one module flag.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from fastmcp.exceptions import ToolError
@@ -34,7 +33,6 @@ from opentelemetry import trace
 from mcp_bridge import identity
 
 TRACER_NAME = "sandhub.mcp"
-DEFAULT_SERVICE_NAME = "sandhub"
 
 _enabled = False  # read by service_span on every service call: the whole cost when off
 _install_lock = threading.Lock()
@@ -46,59 +44,12 @@ def install(mcp: FastMCP) -> None:
     global _enabled
     with _install_lock:
         if not _enabled:
-            _set_up_provider()
+            # Imported here: a process without tracing never loads the SDK and exporter.
+            from mcp_bridge.tracing_export import set_up_provider
+
+            set_up_provider()
             _enabled = True
     mcp.add_middleware(TracedCalls())
-
-
-def _set_up_provider() -> None:
-    # Imported here: a process without tracing never loads the SDK and the exporter.
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-    name = os.environ.get("OTEL_SERVICE_NAME") or DEFAULT_SERVICE_NAME
-    provider = TracerProvider(resource=Resource.create({"service.name": name}))
-    # The exporter reads OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT, _HEADERS, _TIMEOUT and the
-    # processor OTEL_BSP_*; the provider flushes what is left when the process exits.
-    provider.add_span_processor(BatchSpanProcessor(RedactingExporter(OTLPSpanExporter())))
-    trace.set_tracer_provider(provider)
-
-
-class RedactingExporter:
-    """A SpanExporter passing spans on without exception events or status descriptions."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-
-    def export(self, spans: Sequence[Any]) -> Any:
-        return self._inner.export([_redacted(span) for span in spans])
-
-    def shutdown(self) -> None:
-        self._inner.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return bool(self._inner.force_flush(timeout_millis))
-
-
-def _redacted(span: Any) -> Any:
-    from opentelemetry.sdk.trace import ReadableSpan
-
-    return ReadableSpan(
-        name=span.name,
-        context=span.context,
-        parent=span.parent,
-        resource=span.resource,
-        attributes=span.attributes,
-        events=[event for event in span.events if event.name != "exception"],
-        links=span.links,
-        kind=span.kind,
-        status=trace.Status(span.status.status_code),
-        start_time=span.start_time,
-        end_time=span.end_time,
-        instrumentation_scope=span.instrumentation_scope,
-    )
 
 
 def enabled() -> bool:

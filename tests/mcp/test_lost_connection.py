@@ -63,7 +63,9 @@ def test_the_resilient_transport_fails_one_call_and_keeps_the_session(
     web, world, shared_sandbox, tmp_path
 ):
     async def conversation():
-        client = Client(resilient_transport(f"{web[0].url}/mcp/", world.keys["alice"]), mode="legacy")
+        client = Client(
+            resilient_transport(f"{web[0].url}/mcp/", world.keys["alice"]), mode="legacy"
+        )
         async with client:
             await client.call_tool("select_sandbox", {"sandbox_id": shared_sandbox})
             session = client.transport.get_session_id()

@@ -42,9 +42,7 @@ async def two_calls(web: WebProcess, key: str) -> None:
             await client.call_tool("get_sandbox", {"sandbox_id": MARKER})
 
 
-def test_tracing_on_exports_a_span_per_call_with_service_children(
-    receiver, world, tmp_path: Path
-):
+def test_tracing_on_exports_a_span_per_call_with_service_children(receiver, world, tmp_path: Path):
     web = traced_web(receiver, tmp_path / "web.log", "true")
     try:
         run(two_calls(web, world.keys["alice"]))
@@ -87,3 +85,11 @@ def test_tracing_off_sends_nothing(receiver, world, tmp_path: Path):
         web.stop()  # a provider would flush its spans as the process exits
     assert web.process.returncode is not None
     assert receiver.bodies == []
+
+
+def test_tracing_off_a_service_call_gets_one_shared_no_op():
+    """runtime.call asks for a span around every service call: off, that is a flag check."""
+    from mcp_bridge import tracing
+
+    assert not tracing.enabled()  # the test process never turns it on
+    assert tracing.service_span(len) is tracing.service_span(print)

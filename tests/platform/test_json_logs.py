@@ -33,7 +33,7 @@ def json_lines(text: str, skip: tuple[str, ...] = ()) -> list[dict]:
         if not line.strip() or line.startswith(skip):
             continue
         parsed = json.loads(line)  # a text line fails the test here
-        assert FIELDS <= parsed.keys(), parsed
+        assert parsed.keys() >= FIELDS, parsed
         datetime.fromisoformat(parsed["time"])
         lines.append(parsed)
     assert lines, "nothing was logged"
