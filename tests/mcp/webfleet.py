@@ -1,4 +1,4 @@
-"""A web process (scripts/web.sh, one worker) on a loopback port of the test's choosing, on
+"""A web process (scripts/web.sh, one worker unless told) on a loopback port of the test's choosing, on
 the test database, that a test can freeze and kill -9, and whether one of this process's
 requests waits at that port unanswered. Not a test module.
 
@@ -56,11 +56,11 @@ class WebProcess:
             self.kill()
 
 
-def start_web(port: int, log: Path, **env: str) -> WebProcess:
+def start_web(port: int, log: Path, workers: int = 1, **env: str) -> WebProcess:
     environ = subprocess_env(
         SANDHUB_BIND_HOST="127.0.0.1",
         SANDHUB_BIND_PORT=str(port),
-        SANDHUB_WEB_WORKERS="1",
+        SANDHUB_WEB_WORKERS=str(workers),
         **env,
     )
     with open(log, "ab") as out:

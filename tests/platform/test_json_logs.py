@@ -63,6 +63,23 @@ def test_the_web_process_logs_json_with_the_mcp_session(world, tmp_path: Path):
     assert {line["process"] for line in lines} == {web.process.pid}
 
 
+def test_with_workers_the_supervisor_logs_json_too_given_uvicorns_log_config(
+    live_db, tmp_path: Path
+):
+    """With more than one worker, uvicorn's supervisor never loads Django: its own lines
+    (started, stopping, worker restarts) follow UVICORN_LOG_CONFIG (platform_site/
+    uvicorn_log_json.json, the same formatter)."""
+    log = tmp_path / "web.log"
+    config = "platform_site/uvicorn_log_json.json"
+    web = start_web(free_port(), log, workers=2, UVICORN_LOG_CONFIG=config, **JSON_LOGS)
+    web.stop()
+    lines = json_lines(log.read_text(), skip=("web on http://",))
+    messages = [line["message"] for line in lines if line["process"] == web.process.pid]
+    assert any("Started parent process" in message for message in messages), messages
+    assert any("Stopping parent process" in message for message in messages), messages
+    assert len({line["process"] for line in lines}) == 3  # the supervisor and two workers
+
+
 def test_the_worker_logs_json(live_db, tmp_path: Path):
     cluster = QCluster(tmp_path / "qcluster.log", env=JSON_LOGS)
     cluster.start()
