@@ -1,6 +1,6 @@
-"""A web process (scripts/web.sh, one worker unless told) on a loopback port of the test's choosing, on
-the test database, that a test can freeze and kill -9, and whether one of this process's
-requests waits at that port unanswered. Not a test module.
+"""A web process (scripts/web.sh, one worker unless told) on a loopback port of the test's
+choosing, on the test database, that a test can freeze and kill -9, and whether a request
+waits at that port unanswered. Not a test module.
 
 A request that a web process has received and dies without answering is what issue 28's
 killed worker left its clients with: their connection reset with no response. Frozen
