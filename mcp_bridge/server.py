@@ -134,6 +134,8 @@ def http_app(path: str = "/mcp/"):
     from mcp_bridge.auth import ApiKeyVerifier
     from mcp_bridge.sessions import McpSessions
 
+    if settings.SANDHUB_MCP_TRACING:
+        tracing.start_exporting()
     return build_server(auth=ApiKeyVerifier()).http_app(
         path=path, stateless_http=True, middleware=[Middleware(McpSessions)]
     )

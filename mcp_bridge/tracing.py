@@ -40,7 +40,14 @@ _NOT_TRACED = contextlib.nullcontext()
 
 
 def install(mcp: FastMCP) -> None:
-    """Trace this server's calls (called by server.build_server when tracing is on)."""
+    """Open a span per tool call on this server (server.build_server, when tracing is on).
+    Without start_exporting in the process, OpenTelemetry's default no-op provider gets them."""
+    mcp.add_middleware(TracedCalls())
+
+
+def start_exporting() -> None:
+    """Set up the exporting provider, once per process (the web's http_app, `manage.py mcp`)
+    and turn the service spans on."""
     global _enabled
     with _install_lock:
         if not _enabled:
@@ -49,7 +56,6 @@ def install(mcp: FastMCP) -> None:
 
             set_up_provider()
             _enabled = True
-    mcp.add_middleware(TracedCalls())
 
 
 def enabled() -> bool:
