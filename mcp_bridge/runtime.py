@@ -33,6 +33,7 @@ from fastmcp import Context
 from fastmcp.exceptions import ResourceError, ToolError
 from mcp.shared.exceptions import MCPDeprecationWarning
 
+from mcp_bridge.tracing import service_span
 from sandboxes.contract.errors import ServiceError
 
 T = TypeVar("T")
@@ -79,22 +80,26 @@ def _guarded(error: type[Exception], fn: Callable[..., T], *args: Any, **kwargs:
 
 async def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """fn(*args, **kwargs) in a worker thread; ServiceError becomes an MCP ToolError."""
-    return await anyio.to_thread.run_sync(
-        functools.partial(_guarded, ToolError, fn, *args, **kwargs)
-    )
+    with service_span(fn):
+        return await anyio.to_thread.run_sync(
+            functools.partial(_guarded, ToolError, fn, *args, **kwargs)
+        )
 
 
 async def call_long(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Like call(), for what may take minutes (a command, a deploy waiting for its port):
     in the pool kept for them, so short calls never wait behind it."""
-    return await anyio.to_thread.run_sync(
-        functools.partial(_guarded, ToolError, fn, *args, **kwargs), limiter=_command_limiter()
-    )
+    with service_span(fn):
+        return await anyio.to_thread.run_sync(
+            functools.partial(_guarded, ToolError, fn, *args, **kwargs),
+            limiter=_command_limiter(),
+        )
 
 
 async def read(fn: Callable[..., T], *args: Any) -> T:
     """Like call(), for resources: errors become ResourceError."""
-    return await anyio.to_thread.run_sync(functools.partial(_guarded, ResourceError, fn, *args))
+    with service_span(fn):
+        return await anyio.to_thread.run_sync(functools.partial(_guarded, ResourceError, fn, *args))
 
 
 class OutputPump:

@@ -30,6 +30,7 @@ from mcp_bridge import (
     tools_sandboxes,
     tools_sessions,
     tools_snapshots,
+    tracing,
 )
 from mcp_bridge.argcheck import ArgumentCheck
 from mcp_bridge.listing import DereferenceOnce
@@ -84,6 +85,8 @@ def build_server(auth: AuthProvider | None = None) -> FastMCP:
         # listing (listing.py).
         dereference_schemas=False,
     )
+    if settings.SANDHUB_MCP_TRACING:
+        tracing.install(mcp)  # outermost: a refused call is a span too
     mcp.add_middleware(DereferenceOnce())
     # Every call refused before a service ran (bad arguments, unknown tool) leaves a row.
     mcp.add_middleware(RefusalAudit())
@@ -131,6 +134,8 @@ def http_app(path: str = "/mcp/"):
     from mcp_bridge.auth import ApiKeyVerifier
     from mcp_bridge.sessions import McpSessions
 
+    if settings.SANDHUB_MCP_TRACING:
+        tracing.start_exporting()
     return build_server(auth=ApiKeyVerifier()).http_app(
         path=path, stateless_http=True, middleware=[Middleware(McpSessions)]
     )

@@ -37,7 +37,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mcp_bridge import identity
+from mcp_bridge import identity, logcontext
 from mcp_bridge.runtime import call
 from sandboxes.services import selection
 from tenants import apikeys
@@ -73,8 +73,12 @@ class McpSessions:
             return
         method = scope.get("method", "")
         if method == "POST" and session is None and _handshake_era(headers.get(_VERSION)):
-            await self.app(scope, receive, _handing_out(send, new_session_id()))
+            session = new_session_id()
+            logcontext.bind(mcp_session=session)
+            await self.app(scope, receive, _handing_out(send, session))
             return
+        if session is not None:
+            logcontext.bind(mcp_session=session)
         user = scope.get("user")
         if method in ("GET", "DELETE") and isinstance(user, AuthenticatedUser):
             if method == "GET":

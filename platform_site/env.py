@@ -38,6 +38,13 @@ def env_bool(name: str, default: bool = False) -> bool:
     raise EnvError(f"{name} must be one of 1/0, true/false, yes/no, on/off; got {raw!r}")
 
 
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = os.environ.get(name, default).strip().lower() or default
+    if value not in choices:
+        raise EnvError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
+    return value
+
+
 def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":

@@ -13,6 +13,7 @@ from cryptography.fernet import Fernet
 from platform_site.env import (
     EnvError,
     env_bool,
+    env_choice,
     env_host_map,
     env_int,
     env_list,
@@ -20,6 +21,7 @@ from platform_site.env import (
     generate_django_secret,
     secret_from_file,
 )
+from platform_site.logformat import LOG_FORMATS, logging_config
 from platform_site.private_files import private_directory
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -147,15 +149,12 @@ STATIC_ROOT = VAR_DIR / "static"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 LOGIN_URL = "/login/"
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    # The MCP SDK logs every stateless request's set-up and tear-down at INFO: a line (and a
-    # few hundred microseconds of the event loop) per tool call, saying nothing.
-    "loggers": {"mcp": {"level": env_str("MCP_LOG_LEVEL", "WARNING")}},
-}
+# Text, or one JSON object a line for a log collector (SANDHUB_LOG_FORMAT=json: logformat.py).
+LOGGING = logging_config(
+    env_choice("SANDHUB_LOG_FORMAT", "text", LOG_FORMATS),
+    level=env_str("LOG_LEVEL", "INFO"),
+    mcp_level=env_str("MCP_LOG_LEVEL", "WARNING"),
+)
 
 # django-q2 with the ORM broker: no extra service to run. It reads this once at import.
 Q_CLUSTER = {
@@ -293,9 +292,9 @@ SANDHUB_USAGE_KEEP_HOURS = env_int("SANDHUB_USAGE_KEEP_HOURS", 24, minimum=1)
 INSTALLED_APPS += ["mcp_bridge"]
 # Commands run through MCP at the same time, per web process (each holds a thread).
 SANDHUB_MCP_COMMAND_THREADS = env_int("SANDHUB_MCP_COMMAND_THREADS", 100, minimum=1)
-# FastMCP's OpenTelemetry spans, one per MCP request: worth having only where the operator has
-# installed an OpenTelemetry SDK and exporter. Without one they record nothing, yet FastMCP's
-# span code took 5.0% of the web workers' CPU under bench/bench_load.py (py-spy); off, 2.7%.
+# OpenTelemetry traces of MCP calls, exported over OTLP/HTTP to OTEL_EXPORTER_OTLP_ENDPOINT
+# (mcp_bridge/tracing.py, docs/tracing.md). Off by default: FastMCP's span code alone took
+# 5.0% of the web workers' CPU under bench/bench_load.py (py-spy); off, 2.7%.
 SANDHUB_MCP_TRACING = env_bool("SANDHUB_MCP_TRACING", False)
 # An MCP session's selected sandbox is forgotten after this many hours without use.
 SANDHUB_MCP_SESSION_HOURS = env_int("SANDHUB_MCP_SESSION_HOURS", 24, minimum=1)

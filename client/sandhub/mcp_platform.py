@@ -15,6 +15,8 @@ import httpx2 as httpx
 from fastmcp.client.transports import StreamableHttpTransport
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
 
+from sandhub.mcp_resilience import resilient_transport
+
 SESSION_HEADER = "mcp-session-id"
 _TIMEOUT = httpx.Timeout(30.0, connect=10.0)
 
@@ -24,9 +26,11 @@ def endpoint(url: str) -> str:
 
 
 def platform_transport(url: str, key: str, session: str | None = None) -> StreamableHttpTransport:
-    """The platform's MCP endpoint with the key, in the given platform session if any."""
+    """The platform's MCP endpoint with the key, in the given platform session if any. A web
+    process lost with a forwarded request in hand fails that request only (mcp_resilience):
+    the next goes to another one, in the same session (the selected sandbox kept)."""
     headers = {SESSION_HEADER: session} if session else None
-    return StreamableHttpTransport(endpoint(url), auth=key, headers=headers)
+    return resilient_transport(endpoint(url), key, headers=headers)
 
 
 def check_platform(url: str, key: str) -> str | None:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import os
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from mcp_bridge import identity
+from mcp_bridge import identity, tracing
 from mcp_bridge.server import build_server
 from tenants import apikeys
 from tenants.models import Channel
@@ -49,4 +50,6 @@ class Command(BaseCommand):
             f"Sandhub MCP over stdio as {key.user} in team {key.team.slug} "
             f"(key shk_{key.prefix}, scopes {','.join(key.scopes)})"
         )
+        if settings.SANDHUB_MCP_TRACING:
+            tracing.start_exporting()
         build_server().run(transport="stdio", show_banner=False)
