@@ -106,7 +106,15 @@ class SecondEngine:
     def restart(self) -> None:
         """Stop dockerd with SIGTERM (as systemd does) and start it again on the same port and
         data root; returns once it answers."""
+        self.down()
+        self.up()
+
+    def down(self) -> None:
+        """Stop dockerd with SIGTERM, keeping everything for `up` (the first half of restart)."""
         self._terminate()
+
+    def up(self) -> None:
+        """Start dockerd again after `down`, on the same port and data; returns once it answers."""
         self._launch()
 
     def stop(self) -> None:
