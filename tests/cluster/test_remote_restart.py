@@ -114,3 +114,20 @@ def test_a_command_running_through_a_restart_ends_with_a_clear_error(
     # The next call gets a new agent in the restarted container.
     assert services.run_command(as_alice, sandbox.id, "echo again").stdout == "again\n"
     services.delete_sandbox(as_alice, sandbox.id)
+
+
+def test_a_container_that_did_not_come_back_is_started_on_the_next_call(
+    remote: Host, second_engine: SecondEngine, as_alice
+) -> None:
+    sandbox = services.create_sandbox(as_alice, memory_mb=256)
+    services.write_file(as_alice, sandbox.id, "kept.txt", "still here\n")
+    with contextlib.closing(second_engine.client()) as client:
+        # As an engine restarted without the restart policy, or a container that failed to
+        # start with it: stopped behind the platform's back.
+        client.containers.list(filters={"label": f"org.sandhub.sandbox={sandbox.id}"})[0].stop(
+            timeout=1
+        )
+        after = services.run_command(as_alice, sandbox.id, "cat kept.txt")
+        assert (after.exit_code, after.stdout) == (0, "still here\n")
+        assert status_on(client, sandbox.id) == "running"
+    services.delete_sandbox(as_alice, sandbox.id)

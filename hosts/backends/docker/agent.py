@@ -17,6 +17,7 @@ the container went away raises SandboxGone.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import docker.errors
@@ -82,9 +83,18 @@ class DockerTransport:
 class DockerAgentPlace:
     """How agents start in one engine's containers, and what their failures mean."""
 
-    def __init__(self, engine: Engine, *, python: str = "python3") -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        python: str = "python3",
+        revive: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> None:
         self.engine = engine
         self.python = python
+        # Starts a sandbox's container that its engine stopped (True when it did): the
+        # backend's, since a start mounts the disk and puts the network rules back.
+        self.revive = revive
 
     def key(self, state: dict[str, Any]) -> str | None:
         container, _ = names(state)
@@ -95,22 +105,16 @@ class DockerAgentPlace:
         api = self.engine.api()
         with self.engine.errors("starting the sandbox agent"):
             try:
-                exec_id = api.exec_create(
-                    container,
-                    start_argv(self.python),
-                    stdin=True,
-                    stdout=True,
-                    stderr=True,
-                    tty=False,
-                    user=SANDBOX_USER,
-                    workdir="/",
-                )["Id"]
-            except docker.errors.NotFound as exc:
-                raise SandboxGone(f"sandbox container {container} no longer exists") from exc
-            except docker.errors.APIError as exc:
-                if exc.status_code == 409:
+                exec_id = self._create_exec(container)
+            except _NotRunning as exc:
+                # Its engine stopped it (restarted without live-restore, and the restart
+                # policy could not start it again): started as the policy would have.
+                if self.revive is None or not self.revive(state):
                     raise BackendError(f"sandbox container {container} is not running") from exc
-                raise
+                try:
+                    exec_id = self._create_exec(container)
+                except _NotRunning as again:
+                    raise BackendError(f"sandbox container {container} is not running") from again
             sock = api.exec_start(exec_id, socket=True)
         try:
             return Started(AgentClient(DockerTransport(sock), label=container[:12]))
@@ -122,6 +126,27 @@ class DockerAgentPlace:
                     f"{self.python} ({said[-300:]})"
                 ) from exc
             self.after_broken(state, None)
+            raise
+
+    def _create_exec(self, container: str) -> str:
+        try:
+            return str(
+                self.engine.api().exec_create(
+                    container,
+                    start_argv(self.python),
+                    stdin=True,
+                    stdout=True,
+                    stderr=True,
+                    tty=False,
+                    user=SANDBOX_USER,
+                    workdir="/",
+                )["Id"]
+            )
+        except docker.errors.NotFound as exc:
+            raise SandboxGone(f"sandbox container {container} no longer exists") from exc
+        except docker.errors.APIError as exc:
+            if exc.status_code == 409:  # stopped, or paused
+                raise _NotRunning(container) from exc
             raise
 
     def after_broken(self, state: dict[str, Any], context: Any) -> None:
@@ -172,6 +197,10 @@ class DockerAgentPlace:
 
     def job_dir(self, state: dict[str, Any], job_id: str) -> str:
         return f"{jobs_dir(state)}/{job_id}"
+
+
+class _NotRunning(Exception):
+    """The engine refused an exec: the container is stopped or paused."""
 
 
 def agent_link(engine: Engine, *, python: str = "python3") -> AgentLink:
