@@ -116,9 +116,11 @@ def test_a_command_running_through_a_restart_ends_with_a_clear_error(
     services.delete_sandbox(as_alice, sandbox.id)
 
 
+@pytest.mark.parametrize("agent", [True, False], ids=["agent", "per-command-exec"])
 def test_a_container_that_did_not_come_back_is_started_on_the_next_call(
-    remote: Host, second_engine: SecondEngine, as_alice
+    remote: Host, second_engine: SecondEngine, as_alice, settings, agent: bool
 ) -> None:
+    settings.SANDHUB_AGENT = agent
     sandbox = services.create_sandbox(as_alice, memory_mb=256)
     services.write_file(as_alice, sandbox.id, "kept.txt", "still here\n")
     with contextlib.closing(second_engine.client()) as client:

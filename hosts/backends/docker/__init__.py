@@ -83,7 +83,7 @@ class DockerBackend(AgentFirstBackend):
         self.place = DockerAgentPlace(self.engine, revive=self._revive)
         self.agents = AgentLink(self.place)
         self.agent_jobs = AgentJobs(self.agents)
-        self.plain = PlainCommands(DockerPlainExec(self.engine), self.place)
+        self.plain = PlainCommands(DockerPlainExec(self.engine, self._revive), self.place)
         self.plain_jobs = PlainJobs(self.plain)
         self.files = Files(self.engine, self.plain)
         self.prober = Prober(self.engine)
