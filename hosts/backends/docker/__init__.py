@@ -127,6 +127,7 @@ class DockerBackend(AgentFirstBackend):
         # The agent dies with its container; forgetting it first spares its stream's reader
         # a broken-stream round (and a lookup for a container that is going).
         self.agents.forget(state)
+        self._stopping.discard(names(state)[0])
         self.containers.destroy(state)
 
     def status(self, state: dict[str, Any]) -> str:
