@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 import docker.errors
+import requests
 
 from hosts.backends.agent.client import AgentClient, AgentStartFailed, AgentUnavailable
 from hosts.backends.agent.link import AgentLink, Started
@@ -39,6 +40,7 @@ from hosts.backends.docker.stream import ExecStream
 __all__ = ["DockerAgentPlace", "DockerTransport", "agent_link"]
 
 _STDERR_KEEP = 8192
+_UNREACHABLE = "unreachable"  # _status: the engine refused or dropped the connection
 # What the engine says when the exec's program is missing (on the exec's stdout).
 # The engine's words for a missing /bin/sh, and dash's for a missing python3.
 _MISSING = ("executable file not found", "no such file or directory", ": not found")
@@ -157,12 +159,20 @@ class DockerAgentPlace:
         while True:
             looks += 1
             status = self._status(container)
-            if status is None:
+            if status == _UNREACHABLE:
+                raise BackendError(
+                    f"the docker engine of host {self.engine.host} stopped answering during the "
+                    "call (restarted, or down): the sandbox's processes ended with its container"
+                )
+            if status in (None, _UNREACHABLE):
                 return  # the engine cannot say: the caller's own error stands
             if status == "running" and looks > 1:  # twice: a kill may not show at once
                 return
             if time.monotonic() > give_up:
-                raise BackendError(f"sandbox container {container} is not running ({status})")
+                raise BackendError(
+                    f"sandbox container {container} is not running ({status}): stopped under "
+                    "the call (its engine restarting?)"
+                )
             time.sleep(0.1)
 
     def after_missing(self, state: dict[str, Any]) -> None:
@@ -175,6 +185,8 @@ class DockerAgentPlace:
             info = self.engine.api().inspect_container(container)
         except docker.errors.NotFound as exc:
             raise SandboxGone(f"sandbox container {container} no longer exists") from exc
+        except requests.ConnectionError:
+            return _UNREACHABLE
         except Exception:
             return None
         status = info.get("State", {}).get("Status")
