@@ -107,7 +107,11 @@ def probe_hosts(hosts: list[Host] | None = None) -> list[Host]:
         hosts = list(Host.objects.filter(enabled=True, kind__in=list(settings.SANDHUB_BACKENDS)))
     if not hosts:
         return []
-    # Threads only talk to hosts; the database is written from this thread.
+    # Threads only talk to hosts; the database is read and written from this thread: the
+    # credential a backend connects with (TLS engines, SSH hosts) is loaded here, or each
+    # thread would open a database connection of its own to read it.
+    for host in hosts:
+        _ = host.credential if host.credential_id else None
     with ThreadPoolExecutor(max_workers=min(_PROBE_THREADS, len(hosts))) as executor:
         results = list(executor.map(probe_unconfigured_too, hosts))
     recorded = [record_probe(host, result) for host, result in zip(hosts, results, strict=True)]

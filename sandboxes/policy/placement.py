@@ -7,7 +7,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db.models import Count, F, Q
+from django.db.models import Count, F, Q, Value
+from django.db.models.functions import Greatest
 
 from hosts.backends.base import ProbeResult
 from hosts.backends.gpus import GpuUse, NotEnoughGpus, gpu_pick_cost, pick_gpus
@@ -68,7 +69,7 @@ def choose_host(
                 f"no {where} has room for a new sandbox right now; delete an unused sandbox "
                 "or ask an admin to add capacity"
             )
-        return Placement(host)
+        return _taken(Placement(host))
     best: tuple[tuple[int, float, float], Placement] | None = None
     for host in candidate_hosts(team, kind).filter(gpu_count__gte=gpus):
         devices = [GpuUse.from_dict(g) for g in host.gpus]
@@ -83,7 +84,21 @@ def choose_host(
             best = (rank, Placement(host, picked))
     if best is None:
         raise NoCapacity(_no_gpu_host(team, gpus))
-    return best[1]
+    return _taken(best[1])
+
+
+def _taken(placement: Placement) -> Placement:
+    """Count the new sandbox in its host's idle score until the next probe measures it.
+
+    Probes run every so often; without this, every sandbox of a burst went to the host that
+    was idlest at the last probe, however many came. The debit is the one part of the score
+    known without asking the host (one more sandbox of max_sandboxes); the probe replaces it
+    with what the host says. Inside the creating transaction: a failed creation gives it back.
+    """
+    host = placement.host
+    debit = 1.0 / host.max_sandboxes if host.max_sandboxes else 1.0
+    Host.objects.filter(pk=host.pk).update(idle_score=Greatest(F("idle_score") - debit, Value(0.0)))
+    return placement
 
 
 def gpu_assignments(host: Host) -> dict[int, int]:

@@ -156,8 +156,14 @@ def test_status_of_a_stopped_sandbox(
 ) -> None:
     engine.containers.get(sandbox["container_id"]).stop(timeout=0)
     assert backend.status(sandbox) == "stopped"
+    # Stopped behind the platform's back (its engine restarted): the next call starts it.
+    assert run(backend, sandbox, "echo back").stdout == b"back\n"
+    assert backend.status(sandbox) == "running"
+    # Stopped by the platform: stays stopped, calls are refused.
+    backend.stop(sandbox)
     with pytest.raises(BackendError, match="not running"):
         run(backend, sandbox, "true")
+    assert backend.status(sandbox) == "stopped"
 
 
 def test_files_persist_in_workspace_across_a_restart(

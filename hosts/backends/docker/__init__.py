@@ -80,16 +80,17 @@ class DockerBackend(AgentFirstBackend):
         self.engine = Engine(host)
         super().__init__(host)
         self.containers = Containers(self.engine)
-        self.place = DockerAgentPlace(self.engine)
+        self.place = DockerAgentPlace(self.engine, revive=self._revive)
         self.agents = AgentLink(self.place)
         self.agent_jobs = AgentJobs(self.agents)
-        self.plain = PlainCommands(DockerPlainExec(self.engine), self.place)
+        self.plain = PlainCommands(DockerPlainExec(self.engine, self._revive), self.place)
         self.plain_jobs = PlainJobs(self.plain)
         self.files = Files(self.engine, self.plain)
         self.prober = Prober(self.engine)
         self.pool = Pool(self.engine, self.containers)
         self.states = States(self.engine, self.containers)
         self.snapshots = Snapshots(self.engine, self.containers, self.files)
+        self._stopping: set[str] = set()  # containers this process is stopping: not revived
 
     # The registry hands a cached backend the caller's fresh Host row (flags, options): kept on
     # the engine, every helper reads that one.
@@ -126,6 +127,7 @@ class DockerBackend(AgentFirstBackend):
         # The agent dies with its container; forgetting it first spares its stream's reader
         # a broken-stream round (and a lookup for a container that is going).
         self.agents.forget(state)
+        self._stopping.discard(names(state)[0])
         self.containers.destroy(state)
 
     def status(self, state: dict[str, Any]) -> str:
@@ -142,11 +144,32 @@ class DockerBackend(AgentFirstBackend):
         # Its agent dies with its processes: forgotten, so the next call starts a new one
         # rather than finding the old stream broken.
         self.agents.forget(state)
+        container, _ = names(state)
+        self._stopping.add(container)
         self.states.stop(state)
 
     def start(self, state: dict[str, Any]) -> None:
         self.agents.forget(state)
+        self._stopping.discard(names(state)[0])
         self.states.start(state)
+
+    def _revive(self, state: dict[str, Any]) -> bool:
+        """Start the container of a sandbox the platform runs that its engine stopped (an
+        engine restarted without live-restore whose restart policy did not bring it back, a
+        reboot with the disk not yet mounted): what the restart policy would have done, with
+        the disk mounted and the network rules put back. Not one this process is stopping."""
+        container, _ = names(state)
+        if not container or container in self._stopping:
+            return False
+        if self.states.status(container) != "stopped":  # paused: the platform's to resume
+            return False
+        logger.warning(
+            "sandbox container %s on host %s was stopped by its engine; starting it again",
+            container,
+            self.host,
+        )
+        self.states.start(state)
+        return True
 
     # --- files -------------------------------------------------------------------------------
     def put_files(

@@ -17,9 +17,11 @@ the container went away raises SandboxGone.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import docker.errors
+import requests
 
 from hosts.backends.agent.client import AgentClient, AgentStartFailed, AgentUnavailable
 from hosts.backends.agent.link import AgentLink, Started
@@ -38,6 +40,7 @@ from hosts.backends.docker.stream import ExecStream
 __all__ = ["DockerAgentPlace", "DockerTransport", "agent_link"]
 
 _STDERR_KEEP = 8192
+_UNREACHABLE = "unreachable"  # _status: the engine refused or dropped the connection
 # What the engine says when the exec's program is missing (on the exec's stdout).
 # The engine's words for a missing /bin/sh, and dash's for a missing python3.
 _MISSING = ("executable file not found", "no such file or directory", ": not found")
@@ -82,9 +85,18 @@ class DockerTransport:
 class DockerAgentPlace:
     """How agents start in one engine's containers, and what their failures mean."""
 
-    def __init__(self, engine: Engine, *, python: str = "python3") -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        python: str = "python3",
+        revive: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> None:
         self.engine = engine
         self.python = python
+        # Starts a sandbox's container that its engine stopped (True when it did): the
+        # backend's, since a start mounts the disk and puts the network rules back.
+        self.revive = revive
 
     def key(self, state: dict[str, Any]) -> str | None:
         container, _ = names(state)
@@ -95,22 +107,16 @@ class DockerAgentPlace:
         api = self.engine.api()
         with self.engine.errors("starting the sandbox agent"):
             try:
-                exec_id = api.exec_create(
-                    container,
-                    start_argv(self.python),
-                    stdin=True,
-                    stdout=True,
-                    stderr=True,
-                    tty=False,
-                    user=SANDBOX_USER,
-                    workdir="/",
-                )["Id"]
-            except docker.errors.NotFound as exc:
-                raise SandboxGone(f"sandbox container {container} no longer exists") from exc
-            except docker.errors.APIError as exc:
-                if exc.status_code == 409:
+                exec_id = self._create_exec(container)
+            except _NotRunning as exc:
+                # Its engine stopped it (restarted without live-restore, and the restart
+                # policy could not start it again): started as the policy would have.
+                if self.revive is None or not self.revive(state):
                     raise BackendError(f"sandbox container {container} is not running") from exc
-                raise
+                try:
+                    exec_id = self._create_exec(container)
+                except _NotRunning as again:
+                    raise BackendError(f"sandbox container {container} is not running") from again
             sock = api.exec_start(exec_id, socket=True)
         try:
             return Started(AgentClient(DockerTransport(sock), label=container[:12]))
@@ -124,6 +130,27 @@ class DockerAgentPlace:
             self.after_broken(state, None)
             raise
 
+    def _create_exec(self, container: str) -> str:
+        try:
+            return str(
+                self.engine.api().exec_create(
+                    container,
+                    start_argv(self.python),
+                    stdin=True,
+                    stdout=True,
+                    stderr=True,
+                    tty=False,
+                    user=SANDBOX_USER,
+                    workdir="/",
+                )["Id"]
+            )
+        except docker.errors.NotFound as exc:
+            raise SandboxGone(f"sandbox container {container} no longer exists") from exc
+        except docker.errors.APIError as exc:
+            if exc.status_code == 409:  # stopped, or paused
+                raise _NotRunning(container) from exc
+            raise
+
     def after_broken(self, state: dict[str, Any], context: Any) -> None:
         """SandboxGone if the container is gone or going (a forced removal kills it first,
         so the stream may break a moment before it is gone)."""
@@ -132,12 +159,20 @@ class DockerAgentPlace:
         while True:
             looks += 1
             status = self._status(container)
-            if status is None:
+            if status == _UNREACHABLE:
+                raise BackendError(
+                    f"the docker engine of host {self.engine.host} stopped answering during the "
+                    "call (restarted, or down): the sandbox's processes ended with its container"
+                )
+            if status in (None, _UNREACHABLE):
                 return  # the engine cannot say: the caller's own error stands
             if status == "running" and looks > 1:  # twice: a kill may not show at once
                 return
             if time.monotonic() > give_up:
-                raise BackendError(f"sandbox container {container} is not running ({status})")
+                raise BackendError(
+                    f"sandbox container {container} is not running ({status}): stopped under "
+                    "the call (its engine restarting?)"
+                )
             time.sleep(0.1)
 
     def after_missing(self, state: dict[str, Any]) -> None:
@@ -150,6 +185,8 @@ class DockerAgentPlace:
             info = self.engine.api().inspect_container(container)
         except docker.errors.NotFound as exc:
             raise SandboxGone(f"sandbox container {container} no longer exists") from exc
+        except requests.ConnectionError:
+            return _UNREACHABLE
         except Exception:
             return None
         status = info.get("State", {}).get("Status")
@@ -172,6 +209,10 @@ class DockerAgentPlace:
 
     def job_dir(self, state: dict[str, Any], job_id: str) -> str:
         return f"{jobs_dir(state)}/{job_id}"
+
+
+class _NotRunning(Exception):
+    """The engine refused an exec: the container is stopped or paused."""
 
 
 def agent_link(engine: Engine, *, python: str = "python3") -> AgentLink:

@@ -14,7 +14,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import docker
 import docker.errors
@@ -53,11 +53,14 @@ class Engine:
         tls = self._tls_config()
         timeout = int(self.host.options.get("docker_timeout", _CLIENT_TIMEOUT))
         try:
-            return docker.DockerClient(base_url=self.host.endpoint, timeout=timeout, tls=tls)
+            client = docker.DockerClient.__new__(docker.DockerClient)
+            client.api = _EngineApi(base_url=self.host.endpoint, timeout=timeout, tls=tls)
+            return client
         except (docker.errors.DockerException, requests.RequestException, OSError) as exc:
             self._drop_tls_dir()
             raise BackendError(
-                f"cannot reach the docker engine of host {self.host} at {self.host.endpoint}: {exc}"
+                f"cannot reach the docker engine of host {self.host} at {self.host.endpoint}: "
+                f"{_tls_hint(exc)}{exc}"
             ) from exc
 
     def _tls_config(self) -> docker.tls.TLSConfig | bool:
@@ -117,6 +120,34 @@ class Engine:
                 f"{what} failed: docker engine of host {self.host} "
                 f"({self.host.endpoint}) is unreachable: {exc}"
             ) from exc
+
+
+# What an SSL error's text means for an operator adding an engine, before its raw text.
+_TLS_HINTS = (
+    ("CERTIFICATE_VERIFY_FAILED", "TLS: the engine's certificate is not signed by the CA given "
+     "(or does not name this address). "),
+    ("ALERT_BAD_CERTIFICATE", "TLS: the engine refused the client certificate (not signed by "
+     "the CA the engine trusts). "),
+    ("ALERT_CERTIFICATE_REQUIRED", "TLS: the engine wants a client certificate. "),
+)  # fmt: skip
+
+
+def _tls_hint(exc: BaseException) -> str:
+    text = str(exc)
+    return next((hint for marker, hint in _TLS_HINTS if marker in text), "")
+
+
+class _EngineApi(docker.APIClient):
+    """The SDK's client, keeping the host's CA for its engine: requests otherwise lets
+    REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE (set on many machines for the public CAs) replace a
+    session's CA file on every request, and a TLS engine's own CA then fails verification."""
+
+    def merge_environment_settings(
+        self, url: Any, proxies: Any, stream: Any, verify: Any, cert: Any
+    ) -> Any:
+        return super().merge_environment_settings(
+            url, proxies, stream, self.verify if verify is None else verify, cert
+        )
 
 
 def explain(exc: docker.errors.APIError) -> str:

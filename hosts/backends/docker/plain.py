@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import time
+from collections.abc import Callable
 from typing import Any
 
 import docker.errors
@@ -21,11 +22,15 @@ from hosts.backends.docker.names import SANDBOX_USER, container_ref
 from hosts.backends.docker.stream import ExecStream
 from hosts.backends.fallback.primitive import CouldNotStart, Output
 
-__all__ = ["MAX_STDIN_BYTES", "DockerPlainExec", "exit_code", "open_exec"]
+__all__ = ["MAX_STDIN_BYTES", "ContainerNotRunning", "DockerPlainExec", "exit_code", "open_exec"]
 
 STDIN_ENV = "SANDHUB_STDIN"
 MAX_STDIN_BYTES = 64 * 1024  # 64 KiB of raw bytes stays well under 128 KiB once encoded
 _NOT_STARTED = 126  # what the engine answers for an exec whose process it could not create
+
+
+class ContainerNotRunning(BackendError):
+    """The engine refused an exec: the container is stopped or paused."""
 
 
 def open_exec(
@@ -57,7 +62,7 @@ def open_exec(
             raise SandboxGone(f"sandbox container {container} no longer exists") from exc
         except docker.errors.APIError as exc:
             if exc.status_code == 409:
-                raise BackendError(f"sandbox container {container} is not running") from exc
+                raise ContainerNotRunning(f"sandbox container {container} is not running") from exc
             raise
         return exec_id, ExecStream(api.exec_start(exec_id, socket=True))
 
@@ -79,8 +84,11 @@ class DockerPlainExec:
 
     max_stdin: int | None = MAX_STDIN_BYTES
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(
+        self, engine: Engine, revive: Callable[[dict[str, Any]], bool] | None = None
+    ) -> None:
         self.engine = engine
+        self.revive = revive  # as DockerAgentPlace's: a container its engine stopped
 
     def run(
         self,
@@ -96,9 +104,18 @@ class DockerPlainExec:
         environment = dict(env)
         if stdin:
             environment[STDIN_ENV] = base64.b64encode(stdin).decode()
-        exec_id, stream = open_exec(
-            self.engine, container_ref(state), argv, environment=environment, workdir=cwd or "/"
-        )
+
+        def start() -> tuple[str, ExecStream]:
+            return open_exec(
+                self.engine, container_ref(state), argv, environment=environment, workdir=cwd or "/"
+            )
+
+        try:
+            exec_id, stream = start()
+        except ContainerNotRunning:
+            if self.revive is None or not self.revive(state):
+                raise
+            exec_id, stream = start()
         # The runtime's own failure to start the process (it could not clone with the pids
         # limit used up) comes as the only output, on stdout, with exit code 126.
         head, others = bytearray(), 0
