@@ -69,13 +69,15 @@ def make_certificate(directory: Path) -> tuple[Path, Path]:
     return cert_path, key_path
 
 
-def render(config: str, *, tls_port: int, http_port: int, upstreams: list[int], cert: Path,
-           key: Path) -> str:
+def render(
+    config: str, *, tls_port: int, http_port: int, upstreams: list[int], cert: Path, key: Path
+) -> str:
     """The repository's configuration with its placeholders filled for loopback."""
     lines = [line for line in config.splitlines() if "[::]" not in line]  # no IPv6 here
     text = "\n".join(lines) + "\n"
-    servers = "".join(f"    server 127.0.0.1:{port} max_fails=1 fail_timeout=5s;\n"
-                      for port in upstreams)
+    servers = "".join(
+        f"    server 127.0.0.1:{port} max_fails=1 fail_timeout=5s;\n" for port in upstreams
+    )
     first, last = "    server 127.0.0.1:8001", "    server 127.0.0.1:8002"
     start = text.index(first)
     end = text.index("\n", text.index(last)) + 1
@@ -136,18 +138,31 @@ def running_nginx(binary: str, prefix: Path, upstreams: list[int]) -> Iterator[N
     cert, key = make_certificate(prefix)
     tls_port, http_port = free_port(), free_port()
     site = prefix / "sandhub.conf"
-    site.write_text(render(CONFIG.read_text(), tls_port=tls_port, http_port=http_port,
-                           upstreams=upstreams, cert=cert, key=key))
+    site.write_text(
+        render(
+            CONFIG.read_text(),
+            tls_port=tls_port,
+            http_port=http_port,
+            upstreams=upstreams,
+            cert=cert,
+            key=key,
+        )
+    )
     access_log = prefix / "access.log"
     access_log.touch()
     conf = prefix / "nginx.conf"
     conf.write_text(main_config(prefix, site, access_log))
-    checked = subprocess.run([binary, "-t", "-p", str(prefix), "-c", str(conf)],
-                             capture_output=True, text=True)
+    checked = subprocess.run(
+        [binary, "-t", "-p", str(prefix), "-c", str(conf)], capture_output=True, text=True
+    )
     assert checked.returncode == 0, checked.stderr
     log = open(prefix / "nginx.out", "wb")  # noqa: SIM115 - closed below
-    process = subprocess.Popen([binary, "-p", str(prefix), "-c", str(conf)], stdout=log,
-                               stderr=subprocess.STDOUT, start_new_session=True)
+    process = subprocess.Popen(
+        [binary, "-p", str(prefix), "-c", str(conf)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         _wait_for_port(tls_port, process, prefix / "error.log")
         yield Nginx(tls_port, http_port, access_log, process)
@@ -168,12 +183,19 @@ def running_web(directory: Path, **env: str) -> Iterator[WebProcess]:
     """scripts/web.sh as the systemd unit runs it: one uvicorn on a loopback port."""
     port = free_port()
     log = directory / f"web-{port}.log"
-    environment = subprocess_env(SANDHUB_BIND_HOST="127.0.0.1", SANDHUB_BIND_PORT=str(port),
-                                 SANDHUB_WEB_WORKERS="1", **env)
+    environment = subprocess_env(
+        SANDHUB_BIND_HOST="127.0.0.1", SANDHUB_BIND_PORT=str(port), SANDHUB_WEB_WORKERS="1", **env
+    )
     with open(log, "wb") as out:
-        process = subprocess.Popen([str(ROOT / "scripts" / "web.sh")], cwd=ROOT,
-                                   env=environment, stdin=subprocess.DEVNULL, stdout=out,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(
+            [str(ROOT / "scripts" / "web.sh")],
+            cwd=ROOT,
+            env=environment,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         _wait_for_login_page(port, process, log)
         yield WebProcess(port, process, log)
@@ -200,9 +222,12 @@ def _wait_for_login_page(port: int, process: subprocess.Popen, log: Path) -> Non
         if process.poll() is not None:
             raise RuntimeError(f"scripts/web.sh exited at start:\n{log.read_text()[-3000:]}")
         with contextlib.suppress(httpx.TransportError):
-            if httpx.get(
-                f"http://127.0.0.1:{port}/login/", headers={"Host": PLATFORM_HOST}, timeout=5
-            ).status_code == 200:
+            if (
+                httpx.get(
+                    f"http://127.0.0.1:{port}/login/", headers={"Host": PLATFORM_HOST}, timeout=5
+                ).status_code
+                == 200
+            ):
                 return
         if time.monotonic() > deadline:
             raise RuntimeError(f"scripts/web.sh did not answer:\n{log.read_text()[-3000:]}")

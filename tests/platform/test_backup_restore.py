@@ -29,7 +29,7 @@ ON_POSTGRES = RUN_URL.startswith(("postgres://", "postgresql://"))
 SETTINGS = ("DATABASE_URL", "SECRET_KEY", "SANDHUB_CREDENTIAL_KEY", "SANDHUB_CREDENTIAL_KEYS")
 
 MAKE_DATA = """
-import django; django.setup()
+import sys; import django; django.setup()
 from django.contrib.auth import get_user_model
 from hosts.models import Credential, Host
 from tenants import apikeys
@@ -38,7 +38,7 @@ team = Team.objects.create(slug="backup", name="Backup")
 user = get_user_model().objects.create(username="operator")
 Membership.objects.create(user=user, team=team, role=Role.OWNER)
 credential = Credential(name="h1-login", kind="password", username="sandhub")
-credential.set_secret(%r)
+credential.set_secret(sys.argv[1])
 credential.save()
 Host.objects.create(name="h1", kind="ssh", endpoint="10.0.0.1:22", credential=credential, team=team)
 from hosts import crypto
@@ -46,7 +46,7 @@ from sandboxes.models import EgressSecret
 EgressSecret.objects.create(team=team, name="API_TOKEN", hosts=["api.example.com"],
                             value_encrypted=crypto.encrypt("a-stored-token"))
 print(apikeys.create_key(user, team, name="kept", scopes="read").plaintext)
-""" % SECRET
+"""
 
 CHECK = """
 import json, sys; import django; django.setup()
@@ -106,11 +106,13 @@ ENGINES = ["sqlite", pytest.param("postgresql", marks=pytest.mark.django_db)]
 @pytest.mark.parametrize("databases", ENGINES, indirect=True)
 def test_a_restored_database_keeps_its_credentials_and_api_keys(databases, tmp_path):
     source, target, other = databases
-    keys = {"SECRET_KEY": "backup-test-" + "x" * 40,
-            "SANDHUB_CREDENTIAL_KEYS": Fernet.generate_key().decode()}
+    keys = {
+        "SECRET_KEY": "backup-test-" + "x" * 40,
+        "SANDHUB_CREDENTIAL_KEYS": Fernet.generate_key().decode(),
+    }
     made = environment(tmp_path / "var-src", DATABASE_URL=source, **keys)
     run([sys.executable, "manage.py", "migrate", "--no-input"], made)
-    api_key = python(MAKE_DATA, made).splitlines()[-1]
+    api_key = python(MAKE_DATA, made, SECRET).splitlines()[-1]
     backup = tmp_path / "backup"
     run(["scripts/backup.sh", str(backup)], made)
     kept = (backup / "keys.env").read_text()
@@ -118,8 +120,9 @@ def test_a_restored_database_keeps_its_credentials_and_api_keys(databases, tmp_p
     assert oct((backup / "keys.env").stat().st_mode & 0o777) == "0o600"
 
     # The restoring machine knows nothing but the backup.
-    restored = run(["scripts/restore.sh", str(backup)],
-                   environment(tmp_path / "var-dst", DATABASE_URL=target))
+    restored = run(
+        ["scripts/restore.sh", str(backup)], environment(tmp_path / "var-dst", DATABASE_URL=target)
+    )
     assert "all 2 encrypted values decrypt" in restored.stdout, restored.stdout
     serving = environment(tmp_path / "var-dst", DATABASE_URL=target, **keys)
     found = json.loads(python(CHECK, serving, api_key))
@@ -133,11 +136,16 @@ def test_a_restored_database_keeps_its_credentials_and_api_keys(databases, tmp_p
     assert "no keys" in refused.stderr and "SANDHUB_CREDENTIAL_KEYS" in refused.stderr
     assert "Nothing was restored" in refused.stderr
     if databases[2].startswith("sqlite:"):
-        assert not Path(urlsplit(other).path).exists() or Path(urlsplit(other).path).stat().st_size == 0
+        assert (
+            not Path(urlsplit(other).path).exists()
+            or Path(urlsplit(other).path).stat().st_size == 0
+        )
 
     # With other keys: restored, but the script says the values cannot be read, and fails.
     wrong = tmp_path / "wrong.env"
-    wrong.write_text(f"SECRET_KEY=other\nSANDHUB_CREDENTIAL_KEYS={Fernet.generate_key().decode()}\n")
+    wrong.write_text(
+        f"SECRET_KEY=other\nSANDHUB_CREDENTIAL_KEYS={Fernet.generate_key().decode()}\n"
+    )
     failed = run(["scripts/restore.sh", str(backup), "--keys", str(wrong)], fresh, check=False)
     assert failed.returncode == 3
     assert "cannot be decrypted with the configured SANDHUB_CREDENTIAL_KEYS" in failed.stderr

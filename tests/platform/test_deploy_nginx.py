@@ -10,6 +10,7 @@ client address the platform records is the client's own, whatever X-Forwarded-Fo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import ssl
 from collections.abc import Iterator
@@ -47,12 +48,17 @@ FORGED = "203.0.113.9"
 @pytest.fixture(scope="module")
 def stack(world: World, tmp_path_factory) -> Iterator[tuple[Nginx, Path]]:
     directory = tmp_path_factory.mktemp("deploy")
-    env = {"ALLOWED_HOSTS": PLATFORM_HOST, "SANDHUB_PREVIEW_DOMAIN": PREVIEW_DOMAIN,
-           "SANDHUB_SECURE_COOKIES": "1"}
+    env = {
+        "ALLOWED_HOSTS": PLATFORM_HOST,
+        "SANDHUB_PREVIEW_DOMAIN": PREVIEW_DOMAIN,
+        "SANDHUB_SECURE_COOKIES": "1",
+    }
     assert NGINX is not None
-    with running_web(directory, **env) as first, running_web(directory, **env) as second:
-        with running_nginx(NGINX, directory, [first.port, second.port]) as nginx:
-            yield nginx, directory / "cert.pem"
+    with contextlib.ExitStack() as stack:
+        first = stack.enter_context(running_web(directory, **env))
+        second = stack.enter_context(running_web(directory, **env))
+        nginx = stack.enter_context(running_nginx(NGINX, directory, [first.port, second.port]))
+        yield nginx, directory / "cert.pem"
 
 
 @pytest.fixture(scope="module")
@@ -75,9 +81,7 @@ def client(trust: ssl.SSLContext) -> httpx.Client:
     return httpx.Client(transport=transport, follow_redirects=False, timeout=30)
 
 
-def test_a_page_and_a_rest_call_work_over_tls_and_both_web_processes_serve(
-    nginx, trust, world
-):
+def test_a_page_and_a_rest_call_work_over_tls_and_both_web_processes_serve(nginx, trust, world):
     with client(trust) as http:
         login = http.get(f"{base(nginx)}/login/")
         assert login.status_code == 200 and 'name="password"' in login.text
@@ -124,15 +128,23 @@ def test_a_terminal_websocket_upgrades_through_nginx(nginx, trust, world):
     code for a sandbox it does not know (4404), proving it reached the terminal route."""
     url = f"wss://{PLATFORM_HOST}:{nginx.tls_port}/ws/sandboxes/sb_nosuch/terminals/t1/"
     headers = {"Cookie": asyncio.run(in_thread(session_cookie, world.alice, "alpha"))}
-    with ws_connect(url, ssl=trust, origin=base(nginx), additional_headers=headers,
-                    open_timeout=20) as socket_:
-        with pytest.raises(ConnectionClosed) as closed:
-            socket_.recv(timeout=20)
+    with (
+        ws_connect(
+            url, ssl=trust, origin=base(nginx), additional_headers=headers, open_timeout=20
+        ) as socket_,
+        pytest.raises(ConnectionClosed) as closed,
+    ):
+        socket_.recv(timeout=20)
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 4404
     # From another origin (a preview's page) the same upgrade is refused before it opens.
     with pytest.raises(Exception, match="403"):
-        ws_connect(url, ssl=trust, origin=f"https://8000-sb-x.{PREVIEW_DOMAIN}",
-                   additional_headers=headers, open_timeout=20)
+        ws_connect(
+            url,
+            ssl=trust,
+            origin=f"https://8000-sb-x.{PREVIEW_DOMAIN}",
+            additional_headers=headers,
+            open_timeout=20,
+        )
 
 
 def test_a_host_under_the_wildcard_preview_domain_reaches_the_preview_proxy(nginx, trust):
@@ -144,9 +156,11 @@ def test_a_host_under_the_wildcard_preview_domain_reaches_the_preview_proxy(ngin
             headers={"Host": f"{preview}:{nginx.tls_port}"},
             extensions={"sni_hostname": preview},
         )
-        here = http.get(f"https://127.0.0.1:{nginx.tls_port}/mcp/",
-                        headers={"Host": f"{PLATFORM_HOST}:{nginx.tls_port}"},
-                        extensions={"sni_hostname": PLATFORM_HOST})
+        here = http.get(
+            f"https://127.0.0.1:{nginx.tls_port}/mcp/",
+            headers={"Host": f"{PLATFORM_HOST}:{nginx.tls_port}"},
+            extensions={"sni_hostname": PLATFORM_HOST},
+        )
     # The preview proxy's own plain answer (every path on a preview host is the app's), where
     # the platform's host answers MCP's (GET: 405, no server-to-client stream).
     assert there.status_code == 404 and there.text == "not found\n", there.text
@@ -170,6 +184,6 @@ def test_plain_http_is_redirected_and_unknown_names_get_no_tls(nginx, trust):
     assert answer.headers["location"] == f"https://{PLATFORM_HOST}/keys/?a=1"
     insecure = ssl.create_default_context()
     insecure.check_hostname, insecure.verify_mode = False, ssl.CERT_NONE
-    with socket.create_connection(("127.0.0.1", nginx.tls_port), timeout=10) as raw:
-        with pytest.raises(ssl.SSLError):
-            insecure.wrap_socket(raw, server_hostname="elsewhere.example").close()
+    raw = socket.create_connection(("127.0.0.1", nginx.tls_port), timeout=10)
+    with raw, pytest.raises(ssl.SSLError):
+        insecure.wrap_socket(raw, server_hostname="elsewhere.example").close()

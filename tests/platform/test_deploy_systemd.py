@@ -72,10 +72,11 @@ def test_the_environment_example_names_only_settings_the_platform_reads():
     example = (UNITS / "sandhub.env.example").read_text()
     names = re.findall(r"^#?([A-Z][A-Z0-9_]+)=", example, flags=re.MULTILINE)
     sources = "".join(
-        path.read_text() for folder in ("platform_site", "scripts") for path in
-        (ROOT / folder).rglob("*") if path.suffix in (".py", ".sh")
+        path.read_text()
+        for folder in ("platform_site", "scripts")
+        for path in (ROOT / folder).rglob("*")
+        if path.suffix in (".py", ".sh")
     )
     read_by_uvicorn = {"FORWARDED_ALLOW_IPS"}
-    unknown = [name for name in names if f'"{name}"' not in sources and name not in
-               read_by_uvicorn]
+    unknown = [name for name in names if f'"{name}"' not in sources and name not in read_by_uvicorn]
     assert names and not unknown, unknown
