@@ -246,3 +246,20 @@ def _stop(process: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
     process.wait(10)
+
+
+WEB_ENV = {
+    "ALLOWED_HOSTS": PLATFORM_HOST,
+    "SANDHUB_PREVIEW_DOMAIN": PREVIEW_DOMAIN,
+    "SANDHUB_SECURE_COOKIES": "1",
+}
+
+
+@contextlib.contextmanager
+def production_stack(binary: str, directory: Path) -> Iterator[Nginx]:
+    """Two web processes (scripts/web.sh) behind nginx with the repository's configuration;
+    the certificate nginx serves is `directory / "cert.pem"`."""
+    with contextlib.ExitStack() as stack:
+        first = stack.enter_context(running_web(directory, **WEB_ENV))
+        second = stack.enter_context(running_web(directory, **WEB_ENV))
+        yield stack.enter_context(running_nginx(binary, directory, [first.port, second.port]))

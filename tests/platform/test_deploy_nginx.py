@@ -10,7 +10,6 @@ client address the platform records is the client's own, whatever X-Forwarded-Fo
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
 import ssl
 from collections.abc import Iterator
@@ -31,8 +30,7 @@ from tests.platform.deploy_stack import (
     PREVIEW_DOMAIN,
     Nginx,
     nginx_binary,
-    running_nginx,
-    running_web,
+    production_stack,
 )
 from tests.web.terminals import session_cookie
 
@@ -48,16 +46,8 @@ FORGED = "203.0.113.9"
 @pytest.fixture(scope="module")
 def stack(world: World, tmp_path_factory) -> Iterator[tuple[Nginx, Path]]:
     directory = tmp_path_factory.mktemp("deploy")
-    env = {
-        "ALLOWED_HOSTS": PLATFORM_HOST,
-        "SANDHUB_PREVIEW_DOMAIN": PREVIEW_DOMAIN,
-        "SANDHUB_SECURE_COOKIES": "1",
-    }
     assert NGINX is not None
-    with contextlib.ExitStack() as stack:
-        first = stack.enter_context(running_web(directory, **env))
-        second = stack.enter_context(running_web(directory, **env))
-        nginx = stack.enter_context(running_nginx(NGINX, directory, [first.port, second.port]))
+    with production_stack(NGINX, directory) as nginx:
         yield nginx, directory / "cert.pem"
 
 
