@@ -33,6 +33,9 @@ SECRET_KEY = secret_from_file("SECRET_KEY", VAR_DIR / "secret_key", generate_dja
 DEBUG = env_bool("DEBUG", False)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+# Behind a TLS-terminating proxy (deploy/nginx/sandhub.conf): the session and CSRF cookies
+# only ever travel over https. Off by default, since `make run` serves plain http.
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("SANDHUB_SECURE_COOKIES", False)
 
 # Fernet keys for credentials at rest: the first encrypts, every one decrypts, so a key is
 # rotated by putting the new one first and re-saving (manage.py rotate_credentials).
