@@ -32,6 +32,7 @@ from mcp_bridge import (
     tools_snapshots,
 )
 from mcp_bridge.argcheck import ArgumentCheck
+from mcp_bridge.callmetrics import CallMetrics
 from mcp_bridge.listing import DereferenceOnce
 from mcp_bridge.refusals import RefusalAudit
 
@@ -84,6 +85,7 @@ def build_server(auth: AuthProvider | None = None) -> FastMCP:
         # listing (listing.py).
         dereference_schemas=False,
     )
+    mcp.add_middleware(CallMetrics(mcp))  # outermost: counts every call as the agent sees it
     mcp.add_middleware(DereferenceOnce())
     # Every call refused before a service ran (bad arguments, unknown tool) leaves a row.
     mcp.add_middleware(RefusalAudit())
