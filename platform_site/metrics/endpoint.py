@@ -48,19 +48,22 @@ async def serve_metrics(scope: Scope, receive: Receive, send: Send) -> None:
         retry = str(max(int(exc.retry_after), 1)).encode()
         await _answer(send, 429, b"too many failed attempts\n", [(b"retry-after", retry)])
         return
-    body, content_type = await _in_thread(scrape)
+    body, content_type = await _in_thread(scrape, _header(scope, b"accept").decode("latin-1"))
     headers = [(b"content-type", content_type.encode()), (b"cache-control", b"no-store")]
     await _answer(send, 200, b"" if scope["method"] == "HEAD" else body, headers)
 
 
+def _header(scope: Scope, wanted: bytes) -> bytes:
+    for name, value in scope.get("headers", []):
+        if name.lower() == wanted:
+            return value
+    return b""
+
+
 def _token_matches(scope: Scope) -> bool:
     expected = settings.SANDHUB_METRICS_TOKEN.encode()
-    given = b""
-    for name, value in scope.get("headers", []):
-        if name.lower() == b"authorization":
-            scheme, _, credential = value.partition(b" ")
-            if scheme.lower() == b"bearer":
-                given = credential.strip()
+    scheme, _, credential = _header(scope, b"authorization").partition(b" ")
+    given = credential.strip() if scheme.lower() == b"bearer" else b""
     # Constant time whatever the token given (a missing one is compared too).
     return hmac.compare_digest(given, expected) and bool(given)
 

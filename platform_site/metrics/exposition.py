@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
+from prometheus_client import CollectorRegistry, multiprocess
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
@@ -39,9 +40,11 @@ def registry() -> CollectorRegistry:
     return scraped
 
 
-def scrape() -> tuple[bytes, str]:
-    """The exposition (text format 0.0.4) and its content type."""
-    return generate_latest(registry()), CONTENT_TYPE_LATEST
+def scrape(accept: str = "") -> tuple[bytes, str]:
+    """The exposition in the format the scraper's Accept header asks for (OpenMetrics, or
+    Prometheus' text format: 0.0.4 when it names none) and its content type."""
+    encode, content_type = choose_encoder(accept)
+    return encode(registry()), content_type
 
 
 def process_exiting() -> None:
