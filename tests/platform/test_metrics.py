@@ -6,8 +6,12 @@ tests/security/test_metrics_access.py."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -22,6 +26,7 @@ from sandboxes import services
 from sandboxes.models import EgressRefusal, Sandbox, WarmContainer
 from tests.platform.metrics_helpers import samples, series, value
 
+ROOT = Path(__file__).resolve().parents[2]
 QUERY_BUDGET = 8  # the collector's aggregate queries, whatever the number of sandboxes
 
 
@@ -166,3 +171,31 @@ def test_an_unset_metrics_token_is_off(monkeypatch):
     assert env_token("SANDHUB_METRICS_TOKEN") == ""
     monkeypatch.setenv("SANDHUB_METRICS_TOKEN", "k" * 40)
     assert env_token("SANDHUB_METRICS_TOKEN") == "k" * 40
+
+
+WRITER = """
+import sys
+from sandboxes.metrics import instruments
+for _ in range(int(sys.argv[1])):
+    instruments.http_request("GET", "pages", 200, 0.01)
+    instruments.mcp_call("list_sandboxes", "ok", 0.02)
+"""
+
+
+def test_two_processes_writing_to_one_directory_are_summed(
+    tmp_path, monkeypatch, docker_host, image, team_a
+):
+    """Multiprocess mode: what two processes counted, in files of one directory, is read back
+    as their sum by whichever process answers; the database's gauges are added once."""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    for count in (3, 5):
+        subprocess.run([sys.executable, "-c", WRITER, str(count)], env=env, cwd=ROOT, check=True)
+    assert len(list(tmp_path.glob("counter_*.db"))) == 2  # a file per process
+    _sandbox(team_a, docker_host, image, "running")
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    found = samples(scrape()[0])
+    requests = {"method": "read", "route": "pages", "status": "2xx"}
+    assert value(found, "sandhub_http_requests_total", **requests) == 8
+    assert value(found, "sandhub_http_request_duration_seconds_count", route="pages") == 8
+    assert value(found, "sandhub_mcp_tool_calls_total", tool="list_sandboxes", outcome="ok") == 8
+    assert value(found, "sandhub_sandboxes", status="running", host="local") == 1
