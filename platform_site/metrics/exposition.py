@@ -14,8 +14,8 @@ import os
 from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, multiprocess
-from prometheus_client.exposition import choose_encoder
 from prometheus_client.core import Metric
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from platform_site.metrics.collector import DatabaseCollector
