@@ -33,6 +33,7 @@ from mcp_bridge import (
     tracing,
 )
 from mcp_bridge.argcheck import ArgumentCheck
+from mcp_bridge.callmetrics import CallMetrics
 from mcp_bridge.listing import DereferenceOnce
 from mcp_bridge.refusals import RefusalAudit
 
@@ -85,8 +86,9 @@ def build_server(auth: AuthProvider | None = None) -> FastMCP:
         # listing (listing.py).
         dereference_schemas=False,
     )
+    mcp.add_middleware(CallMetrics(mcp))  # outermost: counts every call as the agent sees it
     if settings.SANDHUB_MCP_TRACING:
-        tracing.install(mcp)  # outermost: a refused call is a span too
+        tracing.install(mcp)  # outside the audit: a refused call is a span too
     mcp.add_middleware(DereferenceOnce())
     # Every call refused before a service ran (bad arguments, unknown tool) leaves a row.
     mcp.add_middleware(RefusalAudit())

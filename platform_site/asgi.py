@@ -24,6 +24,9 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 from mcp_bridge.bodylimit import with_clear_refusals  # noqa: E402
 from mcp_bridge.server import http_app  # noqa: E402
 from platform_site.gcpolicy import settle_long_lived_process  # noqa: E402
+from platform_site.metrics import endpoint as metrics_endpoint  # noqa: E402
+from platform_site.metrics.exposition import process_exiting  # noqa: E402
+from platform_site.metrics.requests import METRICS_PATH, instrumented  # noqa: E402
 from sandboxes.housekeeping import poolagents  # noqa: E402
 from sandboxes.proxy.app import serve_preview  # noqa: E402
 from sandboxes.proxy.routing import wants_preview  # noqa: E402
@@ -39,7 +42,7 @@ web_app = ASGIStaticFilesHandler(django_app)
 settle_long_lived_process()  # what is imported by now lives as long as the process (gcpolicy.py)
 
 
-async def application(scope, receive, send) -> None:
+async def dispatch(scope, receive, send) -> None:
     if scope["type"] == "lifespan":
         # Django's handler refuses lifespan events; the MCP app needs its startup (it starts
         # the session manager), so the lifespan is the MCP app's.
@@ -63,7 +66,13 @@ async def application(scope, receive, send) -> None:
     if path.startswith(MCP_PATH):
         await mcp_app(scope, receive, send)
         return
+    if path == METRICS_PATH and metrics_endpoint.enabled():  # off: Django's 404, as any address
+        await metrics_endpoint.serve_metrics(scope, receive, send)
+        return
     await web_app(scope, receive, send)
+
+
+application = instrumented(dispatch)  # every HTTP request counted and timed (/metrics)
 
 
 def keeping_pool_agents(receive):
@@ -76,6 +85,7 @@ def keeping_pool_agents(receive):
             poolagents.start()
         elif message["type"] == "lifespan.shutdown":
             await asyncio.to_thread(poolagents.stop)
+            process_exiting()
         return message
 
     return received

@@ -65,6 +65,20 @@ def env_list(name: str, default: list[str] | None = None) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def env_token(name: str, *, min_length: int = 32) -> str:
+    """A bearer token an operator sets ("" when unset: the feature it guards is off). A short
+    one, or one with spaces, is refused: it would be guessed, or fail to match in a header."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return ""
+    if len(raw) < min_length or any(char.isspace() or not char.isprintable() for char in raw):
+        raise EnvError(
+            f"{name} must be at least {min_length} printable characters without spaces "
+            "(e.g. the output of `openssl rand -hex 32`)"
+        )
+    return raw
+
+
 def env_host_map(name: str) -> dict[str, str]:
     """A map of names to IP addresses written "name=ip,name=ip" (the egress proxy's operator
     overrides); an entry that is not a name and an address is an error naming it."""

@@ -18,6 +18,7 @@ from platform_site.env import (
     env_int,
     env_list,
     env_str,
+    env_token,
     generate_django_secret,
     secret_from_file,
 )
@@ -299,6 +300,8 @@ SANDHUB_MCP_COMMAND_THREADS = env_int("SANDHUB_MCP_COMMAND_THREADS", 100, minimu
 # (mcp_bridge/tracing.py, docs/tracing.md). Off by default: FastMCP's span code alone took
 # 5.0% of the web workers' CPU under bench/bench_load.py (py-spy); off, 2.7%.
 SANDHUB_MCP_TRACING = env_bool("SANDHUB_MCP_TRACING", False)
+# Prometheus' bearer token for /metrics (docs/metrics.md); unset, the endpoint is off (404).
+SANDHUB_METRICS_TOKEN = env_token("SANDHUB_METRICS_TOKEN")
 # An MCP session's selected sandbox is forgotten after this many hours without use.
 SANDHUB_MCP_SESSION_HOURS = env_int("SANDHUB_MCP_SESSION_HOURS", 24, minimum=1)
 # REST bodies Django reads into memory (JSON, form fields) stay small; uploaded files over

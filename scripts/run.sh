@@ -20,6 +20,12 @@ trap 'stop; exit 130' INT
 trap 'stop; exit 143' TERM
 trap stop EXIT
 
+# The node's metrics directory, shared by the web workers and the worker (docs/metrics.md),
+# emptied at start: counts of an earlier run would add to this one's.
+export PROMETHEUS_MULTIPROC_DIR="${PROMETHEUS_MULTIPROC_DIR:-$PWD/var/prometheus/node}"
+mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
+find "$PROMETHEUS_MULTIPROC_DIR" -maxdepth 1 -name '*.db' -delete
+
 scripts/web.sh &  # uvicorn (it execs), with the bind address and workers it reads
 pids+=($!)
 "$bin/python" manage.py qcluster &

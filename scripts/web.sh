@@ -15,6 +15,15 @@ if ! [[ "$workers" =~ ^[1-9][0-9]*$ ]]; then
     exit 2
 fi
 
+# Prometheus' multiprocess mode (docs/metrics.md): each worker writes its counters to files in
+# this directory and /metrics sums them. One given (by run.sh, a unit) is its giver's to
+# empty at start; otherwise this script takes a fresh one of its own.
+if [[ -z "${PROMETHEUS_MULTIPROC_DIR:-}" ]]; then
+    export PROMETHEUS_MULTIPROC_DIR="$PWD/var/prometheus/web"
+    rm -rf "$PROMETHEUS_MULTIPROC_DIR"
+fi
+mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
+
 echo "web on http://$host:$port/ ($workers workers)"
 # --http: uvicorn's httptools protocol with a limit on each request's head
 # (platform_site/httpserver.py): past SANDHUB_MAX_REQUEST_HEAD_BYTES the client gets 431 before

@@ -13,6 +13,7 @@ from hosts.backends.base import BackendError, ExecResult, OutputCallback, Sandbo
 from sandboxes.contract.errors import BackendFailure, Conflict, InvalidInput, NotFound
 from sandboxes.contract.results import CommandResult
 from sandboxes.housekeeping import transitions
+from sandboxes.metrics import instruments
 from sandboxes.models import CommandExecution, CommandStatus, Sandbox
 from sandboxes.policy import access, validation
 from sandboxes.policy.access import READ, WRITE
@@ -197,17 +198,26 @@ def _execute(
             )
     except BackendError as exc:
         fail_execution(execution, sandbox, exc, time.monotonic() - started)
+        instruments.command_finished(
+            _kind_of(sandbox), CommandStatus.ERROR, time.monotonic() - started
+        )
         raise BackendFailure(f"command could not run in sandbox {sandbox_id}: {exc}") from exc
     finally:
         if live is not None:
             live.flush()  # what it held back, in case a value began there
     finished = _finished(execution, explain(result) if explain else result, mask)
+    instruments.command_finished(_kind_of(sandbox), execution.status, time.monotonic() - started)
     current().details.update({"status": execution.status, "exit_code": execution.exit_code})
     # The command's record and its audit row, in one transaction that holds the write lock
     # only for the two statements (dbkit/writes.py).
     change_with(writes.update(CommandExecution.objects.filter(pk=execution.pk), finished))
     touch(sandbox)
     return CommandResult.from_model(execution)
+
+
+def _kind_of(sandbox: Sandbox) -> str:
+    host = sandbox.host  # loaded already: the command ran there
+    return host.kind if host is not None else "none"  # the metric's backend label
 
 
 def _status_of(result: ExecResult) -> str:
