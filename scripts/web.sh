@@ -17,12 +17,19 @@ fi
 
 # Prometheus' multiprocess mode (docs/metrics.md): each worker writes its counters to files in
 # this directory and /metrics sums them. One given (by run.sh, a unit) is its giver's to
-# empty at start; otherwise this script takes a fresh one of its own.
+# empty at start; otherwise this script takes a fresh one of its own, named by its port: two
+# web processes of one checkout (tests, a unit per port) must not empty each other's.
 if [[ -z "${PROMETHEUS_MULTIPROC_DIR:-}" ]]; then
-    export PROMETHEUS_MULTIPROC_DIR="$PWD/var/prometheus/web"
+    export PROMETHEUS_MULTIPROC_DIR="$PWD/var/prometheus/web-$port"
     rm -rf "$PROMETHEUS_MULTIPROC_DIR"
 fi
 mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
+
+# JSON logs (SANDHUB_LOG_FORMAT=json): Django's LOGGING covers the workers; uvicorn's own
+# supervisor process, which never loads Django, takes the same format from this file.
+if [[ "${SANDHUB_LOG_FORMAT:-text}" == json ]]; then
+    export UVICORN_LOG_CONFIG="${UVICORN_LOG_CONFIG:-platform_site/uvicorn_log_json.json}"
+fi
 
 echo "web on http://$host:$port/ ($workers workers)"
 # --http: uvicorn's httptools protocol with a limit on each request's head
