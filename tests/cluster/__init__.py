@@ -1,0 +1,1 @@
+"""Tests of Sandhub spread over several Docker engines (a second dockerd over TCP with TLS)."""

@@ -21,12 +21,10 @@ FAULT_LEAD = 0.5  # clock slack: a failure this long before a fault is put down 
 
 
 def fault_of(result: RunResult, at: float) -> str:
-    """The fault a failure at `at` (when the call failed) is put down to ("none" outside
-    every fault's window)."""
-    for fault in result.faults:
-        if fault.started - FAULT_LEAD <= at <= fault.ended + FAULT_WINDOW:
-            return fault.name
-    return "none"
+    """The fault a failure at `at` (when the call failed) is put down to: the latest fault
+    begun by then whose window is still open ("none" outside every window)."""
+    begun = [f for f in result.faults if f.started - FAULT_LEAD <= at <= f.ended + FAULT_WINDOW]
+    return max(begun, key=lambda f: f.started).name if begun else "none"
 
 
 def open_history(sandbox_ids: list[str]) -> list[str]:

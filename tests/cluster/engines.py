@@ -1,15 +1,11 @@
-"""The second Docker engine of the layout, in one place (the hook the engines helper's
-tests/cluster/dockerd2.py plugs into). Not a test module.
-
-Until a second dockerd is available, the "second engine" is a second host row on the local
-engine: placement, the clients and the checks run the same, only the dockerd restart fault is
-skipped (`restart` is None) and the report says so.
-"""
+"""The two Docker engines of the layout as the harness uses them: the local engine, and the
+second dockerd on TCP with TLS (tests/cluster/dockerd2.py, the `second_engine` fixture of
+tests/cluster/conftest.py). The one place that knows how each is registered, listed and
+restarted. Not a test module."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,18 +14,15 @@ from django.conf import settings
 
 from hosts.models import Host
 from tenants.models import Team
+from tests.cluster.dockerd2 import SecondEngine
 
 
 @dataclass
 class Engine:
-    """A Docker engine as the layout uses it: how to register it, list what is on it, and
-    (for the second one) restart its daemon."""
-
     name: str
     client: Callable[[], Any]  # a docker.DockerClient on it
-    register: Callable[[str, Team], Host]  # (host name, team) -> the Host row
-    restart: Callable[[], None] | None = None  # None: this engine cannot be restarted here
-    remote: bool = False  # a dockerd over TCP with TLS
+    register: Callable[[str, Team], Host]  # (host name, team it is private to) -> the Host row
+    restart: Callable[[], None] | None = None  # None: not restarted by the faults
 
 
 def local_engine() -> Engine:
@@ -38,24 +31,16 @@ def local_engine() -> Engine:
             name=name, kind="docker", endpoint=settings.SANDHUB_DOCKER_URL, team=team
         )
 
-    return Engine("local", lambda: docker.DockerClient(base_url=settings.SANDHUB_DOCKER_URL),
-                  register)  # fmt: skip
+    def client() -> Any:
+        return docker.DockerClient(base_url=settings.SANDHUB_DOCKER_URL)
+
+    return Engine("local", client, register)
 
 
-@contextmanager
-def second_engine() -> Iterator[Engine]:
-    """The second dockerd over TCP with TLS when tests/cluster/dockerd2.py exists; else the
-    local engine again (no restart fault)."""
-    try:
-        from tests.cluster import dockerd2  # type: ignore[attr-defined]
-    except ImportError:
-        yield local_engine()
-        return
-    with _from_dockerd2(dockerd2) as engine:
-        yield engine
+def remote_engine(engine: SecondEngine) -> Engine:
+    """The second dockerd, added as an operator adds it (manage.py add_host tcp://… --tls-*)."""
 
+    def register(name: str, team: Team) -> Host:
+        return engine.register(name, team=team.slug)
 
-@contextmanager
-def _from_dockerd2(module: Any) -> Iterator[Engine]:  # pragma: no cover - filled at merge
-    raise NotImplementedError("wire tests/cluster/dockerd2.py in here once it exists")
-    yield  # type: ignore[unreachable]
+    return Engine(engine.name, engine.client, register, engine.restart)

@@ -92,7 +92,7 @@ def schedule(layout: Layout, seconds: float) -> list[Fault]:
     engine = layout.engines["engine2"]
     dockerd = Fault("restart dockerd2", 0.55 * seconds, engine.restart or (lambda: None))
     if engine.restart is None:
-        dockerd.skipped = "no second dockerd here (tests/cluster/dockerd2.py missing)"
+        dockerd.skipped = f"{engine.name} is not restarted here"
     ssh = Fault("cut SSH connections", 0.75 * seconds, lambda: None)
     ssh.action = cut_ssh(layout, ssh)
     return [web, worker, dockerd, ssh]

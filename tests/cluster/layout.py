@@ -2,7 +2,7 @@
 two qcluster workers, two Docker engines and an SSH host, with three teams, each with an
 API key and a host of its own, so sandboxes land on every host. Not a test module.
 
-    with running_layout(scratch, sshd, ssh_base) as layout:
+    with running_layout(scratch, remote_engine(second_engine), sshd, ssh_base) as layout:
         layout.webs[0].url, layout.tenants[0].key, layout.kill_web(0), ...
 
 Each team's host is private to it (Host.team): placement then puts the team's sandboxes
@@ -23,7 +23,7 @@ from django.contrib.auth import get_user_model
 from hosts.models import Host, Image
 from tenants import apikeys
 from tenants.models import Membership, Role, Team
-from tests.cluster.engines import Engine, local_engine, second_engine
+from tests.cluster.engines import Engine, local_engine
 from tests.cluster.processes import WebProcess
 from tests.live import subprocess_env
 from tests.qcluster import QCluster
@@ -82,30 +82,31 @@ def build_tenants(engines: dict[str, Engine], sshd: Sshd, ssh_base: Path) -> lis
 
 
 @contextlib.contextmanager
-def running_layout(scratch: Path, sshd: Sshd, ssh_base: Path) -> Iterator[Layout]:
+def running_layout(
+    scratch: Path, engine2: Engine, sshd: Sshd, ssh_base: Path, webs: int = WEBS
+) -> Iterator[Layout]:
     """Every process up (on the test database, which must be committed: `live_db`), and
-    down again after, whatever happened."""
-    with second_engine() as engine2:
-        engines = {"engine1": local_engine(), "engine2": engine2}
-        layout = Layout(
-            webs=[WebProcess(f"web{i}", scratch / f"web{i}.log") for i in range(WEBS)],
-            workers=[
-                QCluster(scratch / f"worker{i}.log", env={"DATABASE_URL": _database_url()})
-                for i in range(WORKERS)
-            ],
-            engines=engines,
-            sshd=sshd,
-        )
-        layout.tenants = build_tenants(engines, sshd, ssh_base)
-        try:
-            for process in [*layout.webs, *layout.workers]:
-                process.start()
-            yield layout
-        finally:
-            for web in layout.webs:
-                web.stop()
-            for worker in layout.workers:
-                worker.stop()
+    down again after, whatever happened. engine2: tests/cluster/engines.py `remote_engine`."""
+    engines = {"engine1": local_engine(), "engine2": engine2}
+    layout = Layout(
+        webs=[WebProcess(f"web{i}", scratch / f"web{i}.log") for i in range(webs)],
+        workers=[
+            QCluster(scratch / f"worker{i}.log", env={"DATABASE_URL": _database_url()})
+            for i in range(WORKERS)
+        ],
+        engines=engines,
+        sshd=sshd,
+    )
+    layout.tenants = build_tenants(engines, sshd, ssh_base)
+    try:
+        for process in [*layout.webs, *layout.workers]:
+            process.start()
+        yield layout
+    finally:
+        for web in layout.webs:
+            web.stop()
+        for worker in layout.workers:
+            worker.stop()
 
 
 def _database_url() -> str:

@@ -114,8 +114,15 @@ async def call(state: ClientState, urls: list[str], kind: str, tool: str,
         result = await state.client.call_tool(tool, args, timeout=CALL_TIMEOUT)
     except Exception as exc:
         state.records.append(
-            CallRecord(state.index, web, kind, started, time.monotonic() - started, False,
-                       f"{type(exc).__name__}: {str(exc)[:200]}")  # fmt: skip
+            CallRecord(
+                state.index,
+                web,
+                kind,
+                started,
+                time.monotonic() - started,
+                False,
+                f"{type(exc).__name__}: {str(exc)[:200]}",
+            )  # fmt: skip
         )
         await reconnect(state, urls, until + 30)
         return None

@@ -73,8 +73,12 @@ async def create_sandboxes(layout: Layout, urls: list[str], per_team: int) -> di
         async with client:
             result = await client.call_tool(
                 "create_sandbox",
-                {"memory_mb": 256, "select": False, "name": f"cluster-{n}",
-                 "request_id": uuid.uuid4().hex},  # fmt: skip
+                {
+                    "memory_mb": 256,
+                    "select": False,
+                    "name": f"cluster-{n}",
+                    "request_id": uuid.uuid4().hex,
+                },  # fmt: skip
                 timeout=180,
             )
         return result.structured_content["id"], tenant.where
