@@ -165,6 +165,7 @@ def figures(result: RunResult) -> dict[str, Any]:
         "killed_web_rows_closed_after_s": (
             None if watch.closed_after is None else round(watch.closed_after, 1)
         ),
+        "killed_web_rows_still_open": len(watch.still_open),
         "queue_depth_max": result.queue_depth_max,
         "jobs": sum(len(s.jobs) for s in result.states),
         "reconnects": sum(s.reconnects for s in result.states),

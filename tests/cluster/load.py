@@ -25,6 +25,7 @@ RECONNECT_PAUSE = 0.25  # between two tries to reach a web process that does not
 SLOW_SECONDS = 2  # "a command of a few seconds"
 BACKGROUND_SECONDS = 3
 # The mix, one step per call: most are short echoes (the latency figure), then the rest.
+HOME_EVERY = 10  # steps between tries to go back to the home web process
 MIX = ("echo", "echo", "echo", "slow", "files", "echo", "bg_start", "echo", "bg_check", "echo")
 
 
@@ -103,6 +104,21 @@ async def reconnect(state: ClientState, urls: list[str], until: float) -> None:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(old.__aexit__(None, None, None), 5)
     await connect(state, urls, until)
+
+
+async def return_home(state: ClientState, urls: list[str]) -> None:
+    """Back to the home web process once it answers again (as a load balancer would send
+    new connections there): not a failure, just a new client in the same session."""
+    client = open_client(urls[state.home], state.key, state.session)
+    try:
+        await asyncio.wait_for(client.__aenter__(), 5)
+    except Exception:
+        with contextlib.suppress(Exception):
+            await client.__aexit__(None, None, None)
+        return
+    old, state.client, state.web = state.client, client, state.home
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(old.__aexit__(None, None, None), 5)
 
 
 async def call(state: ClientState, urls: list[str], kind: str, tool: str,
@@ -194,6 +210,8 @@ async def client_loop(state: ClientState, urls: list[str], until: float) -> None
     while time.monotonic() < until:
         await step(state, urls, MIX[turn % len(MIX)], until)
         turn += 1
+        if state.web != state.home and turn % HOME_EVERY == 0:
+            await return_home(state, urls)
 
 
 async def finish_jobs(state: ClientState, urls: list[str], deadline: float) -> None:

@@ -119,6 +119,11 @@ def open_rows_of_web(sandbox_ids: list[str], web: int, before: Any) -> list[int]
     return [pk for pk, command in rows if (m := TAG.search(command)) and int(m[2]) == web]
 
 
+def still_open(ids: set[int]) -> set[int]:
+    rows = CommandExecution.objects.filter(pk__in=ids, status__in=OPEN_STATUSES)
+    return set(rows.values_list("pk", flat=True))
+
+
 async def watch_killed_rows(fault: Fault, web: int, result: RunResult, deadline: float) -> None:
     """From the kill on: which of the web's rows were open, and when the last one closed."""
     while "killed_at" not in fault.notes:
@@ -130,14 +135,7 @@ async def watch_killed_rows(fault: Fault, web: int, result: RunResult, deadline:
     watch.open_at_kill = await in_thread(open_rows_of_web, ids, web, wall)
     pending = set(watch.open_at_kill)
     while pending and time.monotonic() < deadline:
-        still = await in_thread(
-            lambda: set(
-                CommandExecution.objects.filter(
-                    pk__in=pending, status__in=OPEN_STATUSES
-                ).values_list("pk", flat=True)
-            )
-        )
-        pending = still
+        pending = await in_thread(still_open, pending)
         if pending:
             await asyncio.sleep(0.5)
     watch.still_open = sorted(pending)
@@ -195,3 +193,30 @@ def placed_on(result: RunResult) -> dict[str, str]:
     """Sandbox id -> the name of the host the database says it is on."""
     rows = Sandbox.objects.filter(public_id__in=list(result.sandboxes))
     return {row.public_id: row.host.name for row in rows.select_related("host")}
+
+
+def delete_sandboxes(layout: Layout, sandboxes: dict[str, str]) -> list[str]:
+    """Delete the run's sandboxes as their teams' owners, wait for the removals, and
+    reconcile the layout's hosts at once (grace 0: the run's instance label only)."""
+    from hosts.backends import reset_backends
+    from sandboxes import services
+    from sandboxes.housekeeping.reconcile import reconcile
+    from sandboxes.services import removal
+    from tenants.models import Channel
+    from tenants.principal import Principal
+
+    reset_backends()  # this process's SSH connection was cut too: new ones
+    problems = []
+    for tenant in layout.tenants:
+        owner = tenant.team.memberships.get().user
+        principal = Principal(user=owner, team=tenant.team, channel=Channel.API)
+        for sandbox_id, where in sandboxes.items():
+            if where == tenant.where:
+                try:
+                    services.delete_sandbox(principal, sandbox_id)
+                except Exception as exc:  # reported; the leftovers check says what stayed
+                    problems.append(f"delete {sandbox_id}: {exc}")
+    if not removal.wait_for_removals():
+        problems.append("a sandbox removal was still running after 60 s")
+    report = reconcile([tenant.host for tenant in layout.tenants], grace=0)
+    return problems + report.errors

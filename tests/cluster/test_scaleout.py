@@ -22,17 +22,18 @@ from django.conf import settings
 from django.test import override_settings
 
 from hosts.backends import reset_backends
-from sandboxes import services
-from sandboxes.housekeeping.reconcile import reconcile
-from sandboxes.services import removal
-from tenants.models import Channel
-from tenants.principal import Principal
 from tests.cluster import checks
 from tests.cluster.dockerd2 import SecondEngine, unavailable_reason
 from tests.cluster.engines import remote_engine
 from tests.cluster.layout import Layout, running_layout
+from tests.cluster.scenario import (
+    LoadConfig,
+    RunResult,
+    delete_sandboxes,
+    placed_on,
+    run_load,
+)
 from tests.leftovers import remove_sandboxes_under
-from tests.cluster.scenario import LoadConfig, RunResult, placed_on, run_load
 
 ON_POSTGRES = settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
 
@@ -136,14 +137,6 @@ def test_sandboxes_were_placed_on_both_engines_and_the_ssh_host(
 
 
 def test_nothing_left_behind_after_delete_and_reconcile(run: RunResult, layout: Layout) -> None:
-    reset_backends()  # this process's SSH connection was cut too: a new one
-    for tenant in layout.tenants:
-        owner = tenant.team.memberships.first().user
-        principal = Principal(user=owner, team=tenant.team, channel=Channel.API)
-        for sandbox_id, where in run.sandboxes.items():
-            if where == tenant.where:
-                services.delete_sandbox(principal, sandbox_id)
-    assert removal.wait_for_removals(), "a sandbox removal was still running after 60 s"
-    report = reconcile([tenant.host for tenant in layout.tenants], grace=0)
-    assert not report.errors, report.errors
+    problems = delete_sandboxes(layout, run.sandboxes)
+    assert not problems, problems
     checks.check_no_leftovers(layout, set(run.sandboxes))
