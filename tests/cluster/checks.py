@@ -161,6 +161,7 @@ def figures(result: RunResult) -> dict[str, Any]:
         "echo_ms": _latency(echoes),
         "errors_by_kind": dict(errors_kind),
         "errors_by_fault": dict(errors_fault),
+        "error_samples": error_samples(result),
         "killed_web_rows_open": len(watch.open_at_kill),
         "killed_web_rows_closed_after_s": (
             None if watch.closed_after is None else round(watch.closed_after, 1)

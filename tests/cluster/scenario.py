@@ -113,8 +113,12 @@ async def sample_queue(until: float, result: RunResult) -> None:
 
 
 def open_rows_of_web(sandbox_ids: list[str], web: int, before: Any) -> list[int]:
+    # Background jobs are the workers' to supervise, not the web process's: they run on.
     rows = CommandExecution.objects.filter(
-        sandbox__public_id__in=sandbox_ids, status__in=OPEN_STATUSES, created_at__lte=before
+        sandbox__public_id__in=sandbox_ids,
+        status__in=OPEN_STATUSES,
+        created_at__lte=before,
+        background=False,
     ).values_list("pk", "command")
     return [pk for pk, command in rows if (m := TAG.search(command)) and int(m[2]) == web]
 
