@@ -14,7 +14,7 @@ from hosts.backends.ssh import layout as ssh_layout
 from sandboxes.models import CommandExecution
 from tests.cluster.faults import Fault
 from tests.cluster.layout import Layout
-from tests.cluster.scenario import OPEN_STATUSES, RunResult
+from tests.cluster.scenario import OPEN_STATUSES, TAG, RunResult
 
 FAULT_WINDOW = 15.0  # seconds after a fault ends in which a failure is put down to it
 FAULT_LEAD = 0.5  # clock slack: a failure this long before a fault is put down to it
@@ -43,11 +43,33 @@ def wait_history_final(result: RunResult, deadline: float) -> list[str]:
         time.sleep(0.5)
 
 
+def missing_rows(result: RunResult) -> list[str]:
+    """Tags of commands the platform accepted (the call answered) with no history row."""
+    accepted = {r.tag for r in result.records if r.ok and r.tag}
+    commands = CommandExecution.objects.filter(sandbox__public_id__in=list(result.sandboxes))
+    found = {m[0] for c in commands.values_list("command", flat=True) if (m := TAG.search(c))}
+    return sorted(accepted - found)
+
+
 def check_history_final(result: RunResult, seconds_after_load: float = 30.0) -> None:
+    missing = missing_rows(result)
+    assert not missing, f"accepted commands with no history row: {missing[:20]}"
     left = wait_history_final(result, result.ended + seconds_after_load)
     assert not left, (
         f"{len(left)} command(s) still queued/running {seconds_after_load:g} s after the "
         f"load: {left[:20]}"
+    )
+
+
+def check_killed_web_rows_closed(result: RunResult, seconds: float) -> None:
+    """The commands in flight on the killed web process closed within `seconds` of its
+    death (a liveness lease per web process; the sweep's timeout-plus-grace takes minutes)."""
+    watch = result.killed_web_rows
+    closed = watch.closed_after
+    assert closed is not None and closed <= seconds, (
+        f"of {len(watch.open_at_kill)} command(s) in flight on the killed web process, "
+        f"{watch.still_open or 'none'} still open after the watch; closed after {closed} s, "
+        f"expected within {seconds:g} s"
     )
 
 

@@ -7,9 +7,11 @@ the platform, for tests and benches. Not a test module.
     engine.stop()                          # no process, mount or interface left
 
 It keeps out of the main engine's way: its own data root, exec root (and so its own managed
-containerd), pidfile and unix socket; no bridge (`--bridge=none`: sandboxes on a remote engine
-have no network, the platform refuses it there) and no iptables, ip forwarding or masquerade
+containerd), pidfile and unix socket; a bridge of its own (`--bridge=<its interface>`, made
+here in a private /24 no route uses; NOT `--bridge=none`, with which dockerd 20.10 deletes the
+interface docker0 at start, the main engine's) and no iptables, ip forwarding or masquerade
 (the main engine owns the DOCKER chains; a second daemon with iptables on would rewrite them).
+Sandboxes on a remote engine have no network anyway: the platform refuses it there.
 The data root is kept between runs under /var/lib/sandhub-test-<name> so the sandbox image
 (~300 MB) is loaded once per machine, again only when its id differs from the main engine's.
 Two runs with the same name cannot share it at once: a lock file refuses the second.
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
+import ipaddress
 import os
 import shutil
 import signal
@@ -106,7 +110,15 @@ class SecondEngine:
     def restart(self) -> None:
         """Stop dockerd with SIGTERM (as systemd does) and start it again on the same port and
         data root; returns once it answers."""
+        self.down()
+        self.up()
+
+    def down(self) -> None:
+        """Stop dockerd with SIGTERM, keeping everything for `up` (the first half of restart)."""
         self._terminate()
+
+    def up(self) -> None:
+        """Start dockerd again after `down`, on the same port and data; returns once it answers."""
         self._launch()
 
     def stop(self) -> None:
@@ -117,6 +129,7 @@ class SecondEngine:
                 self._remove_everything_but_images()
         self._terminate()
         _unmount_under(self.exec_root, self.data_root)
+        self._remove_bridge()
         shutil.rmtree(self.exec_root, ignore_errors=True)
         if self._lock is not None:
             self._lock.close()  # releases the flock
@@ -224,7 +237,7 @@ class SecondEngine:
             f"--tlscacert={self.server_tls.ca}",
             f"--tlscert={self.server_tls.cert}",
             f"--tlskey={self.server_tls.key}",
-            "--bridge=none",
+            f"--bridge={self.bridge}",
             "--iptables=false",
             "--ip6tables=false",
             "--ip-forward=false",
@@ -234,7 +247,25 @@ class SecondEngine:
             "--storage-driver=overlay2",
         ]
 
+    @property
+    def bridge(self) -> str:
+        """Its bridge interface's name (at most 15 characters)."""
+        return "shd2-" + hashlib.sha256(self.name.encode()).hexdigest()[:8]
+
+    def _make_bridge(self) -> None:
+        if Path("/sys/class/net", self.bridge).exists():
+            return
+        subnet = _free_subnet()
+        subprocess.run(["ip", "link", "add", self.bridge, "type", "bridge"], check=True)
+        subprocess.run(["ip", "addr", "add", subnet, "dev", self.bridge], check=True)
+        subprocess.run(["ip", "link", "set", self.bridge, "up"], check=True)
+
+    def _remove_bridge(self) -> None:
+        if Path("/sys/class/net", self.bridge).exists():
+            subprocess.run(["ip", "link", "delete", self.bridge], check=False)
+
     def _launch(self) -> None:
+        self._make_bridge()
         self.exec_root.mkdir(parents=True, exist_ok=True)
         log_path = self.root / f"{self.name}.log"
         self._log = log_path.open("ab")
@@ -298,6 +329,21 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def _free_subnet() -> str:
+    """A gateway address in a 10.250.N.0/24 that no route of this machine covers."""
+    routes = subprocess.run(["ip", "-4", "route"], capture_output=True, text=True).stdout
+    taken = [
+        ipaddress.ip_network(word, strict=False)
+        for word in (line.split()[0] for line in routes.splitlines() if line)
+        if word[0].isdigit()
+    ]
+    for third in range(10, 250):
+        candidate = ipaddress.ip_network(f"10.250.{third}.0/24")
+        if not any(candidate.overlaps(net) for net in taken):
+            return f"10.250.{third}.1/24"
+    raise EngineError("no free 10.250.N.0/24 for the second engine's bridge")
 
 
 def _unmount_under(*roots: Path) -> None:

@@ -38,6 +38,7 @@ class CallRecord:
     seconds: float
     ok: bool
     error: str = ""
+    tag: str = ""  # the command's tag (tag()), for a call that runs one
 
     @property
     def failed_at(self) -> float:
@@ -122,7 +123,7 @@ async def return_home(state: ClientState, urls: list[str]) -> None:
 
 
 async def call(state: ClientState, urls: list[str], kind: str, tool: str,
-               args: dict[str, Any], until: float) -> Any:  # fmt: skip
+               args: dict[str, Any], until: float, mark: str = "") -> Any:  # fmt: skip
     """One tool call, recorded; None when it failed (then the client has reconnected)."""
     started = time.monotonic()
     web = state.web
@@ -143,7 +144,7 @@ async def call(state: ClientState, urls: list[str], kind: str, tool: str,
         await reconnect(state, urls, until + 30)
         return None
     state.records.append(
-        CallRecord(state.index, web, kind, started, time.monotonic() - started, True)
+        CallRecord(state.index, web, kind, started, time.monotonic() - started, True, "", mark)
     )
     return result.structured_content or {}
 
@@ -159,11 +160,11 @@ def tag(state: ClientState, note: str) -> str:
 async def step(state: ClientState, urls: list[str], kind: str, until: float) -> None:
     if kind == "echo":
         mark = tag(state, "e")
-        await call(state, urls, kind, "run_command", {"command": f"echo {mark}"}, until)
+        await call(state, urls, kind, "run_command", {"command": f"echo {mark}"}, until, mark)
     elif kind == "slow":
         mark = tag(state, "s")
         command = f"sleep {SLOW_SECONDS}; echo {mark}"
-        await call(state, urls, kind, "run_command", {"command": command}, until)
+        await call(state, urls, kind, "run_command", {"command": command}, until, mark)
     elif kind == "files":
         content = f"{state.index}-{len(state.records)}\n"
         path = f"client{state.index}.txt"
@@ -181,7 +182,8 @@ async def step(state: ClientState, urls: list[str], kind: str, until: float) -> 
 async def start_job(state: ClientState, urls: list[str], until: float) -> None:
     mark = tag(state, "b")
     command = f"sleep {BACKGROUND_SECONDS}; echo {mark}"
-    out = await call(state, urls, "bg_start", "start_background", {"command": command}, until)
+    args = {"command": command}
+    out = await call(state, urls, "bg_start", "start_background", args, until, mark)
     if out:
         state.jobs.append(Job(out["task_id"], mark, state.sandbox_id))
 

@@ -49,6 +49,8 @@ pytestmark = [
 ]
 
 SECONDS = float(os.environ.get("SCALEOUT_SECONDS", "40"))
+# The lease of a web process expires ~10-15 s after it dies; then its rows are closed.
+KILLED_ROWS_SECONDS = 20.0
 
 
 # requests lets these replace the CA of a Docker TLS client on every request (the second
@@ -120,6 +122,11 @@ def test_every_accepted_command_has_a_final_state(run: RunResult) -> None:
     """With no lease per web process, the killed web's commands stay `running` until the
     sweep's timeout-plus-grace (minutes): this fails until they close within seconds."""
     checks.check_history_final(run, seconds_after_load=30.0)
+
+
+def test_the_killed_web_process_commands_close_within_seconds(run: RunResult) -> None:
+    """Fails on main (no lease): its rows stay `running` for timeout plus 5 minutes."""
+    checks.check_killed_web_rows_closed(run, seconds=KILLED_ROWS_SECONDS)
 
 
 def test_clients_carry_on_after_at_most_one_failed_call_per_fault(run: RunResult) -> None:
