@@ -105,7 +105,7 @@ def error_samples(result: RunResult, limit: int = 8) -> list[str]:
     seen: dict[str, str] = {}
     for record in result.records:
         if not record.ok:
-            seen.setdefault(record.error[:80], f"{record.kind} on web{record.web}")
+            seen.setdefault(record.error[:160], f"{record.kind} on web{record.web}")
     return [f"{where}: {error}" for error, where in list(seen.items())[:limit]]
 
 
