@@ -38,8 +38,6 @@ from typing import Any
 
 from _setup import ROOT, bench_instance
 
-CA_OVERRIDES = ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")  # see tests/cluster/test_scaleout.py
-
 
 def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -146,8 +144,6 @@ def ratio(a: float, b: float) -> str:
 def main() -> None:
     args = parse()
     bench_instance()
-    for variable in CA_OVERRIDES:
-        os.environ.pop(variable, None)
     scratch = Path(tempfile.mkdtemp(prefix="sandhub-bench-scaleout-"))
     try:
         with test_database(), machinery(scratch) as (sshd, engine, ssh_base):

@@ -19,6 +19,7 @@ from typing import Any
 
 from fastmcp import Client
 from fastmcp.client.transports import StreamableHttpTransport
+from sandhub.mcp_resilience import resilient_http_client
 
 CALL_TIMEOUT = 60.0  # a call that takes longer is an error, not a hang
 RECONNECT_PAUSE = 0.25  # between two tries to reach a web process that does not answer
@@ -71,8 +72,13 @@ class ClientState:
 
 
 def open_client(url: str, key: str, session: str) -> Client:
+    # The resilient HTTP client (sandhub.mcp_resilience): a web process dying under a call
+    # fails that call with a clear error instead of ending the whole MCP session.
     transport = StreamableHttpTransport(
-        f"{url}/mcp/", auth=key, headers={"mcp-session-id": session}
+        f"{url}/mcp/",
+        auth=key,
+        headers={"mcp-session-id": session},
+        httpx_client_factory=resilient_http_client,
     )
     return Client(transport)
 

@@ -53,30 +53,21 @@ SECONDS = float(os.environ.get("SCALEOUT_SECONDS", "40"))
 KILLED_ROWS_SECONDS = 20.0
 
 
-# requests lets these replace the CA of a Docker TLS client on every request (the second
-# engine's own CA then fails verification); out of the platform's way until the platform's
-# Docker client keeps its CA (the engines part of issue 28).
-CA_OVERRIDES = ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
-
-
 @pytest.fixture(scope="module")
 def instance() -> Iterator[str]:
     """An instance label of the run's own, for this process and the platform's: the
     reconciliation then removes only what this run made (other tests share the engine)."""
     name = f"scaleout-{secrets.token_hex(4)}"
-    saved = {k: os.environ.get(k) for k in ("SANDHUB_INSTANCE", *CA_OVERRIDES)}
+    saved = os.environ.get("SANDHUB_INSTANCE")
     os.environ["SANDHUB_INSTANCE"] = name
-    for variable in CA_OVERRIDES:
-        os.environ.pop(variable, None)
     try:
         with override_settings(SANDHUB_INSTANCE=name):
             yield name
     finally:
-        for variable, value in saved.items():
-            if value is None:
-                os.environ.pop(variable, None)
-            else:
-                os.environ[variable] = value
+        if saved is None:
+            os.environ.pop("SANDHUB_INSTANCE", None)
+        else:
+            os.environ["SANDHUB_INSTANCE"] = saved
 
 
 @pytest.fixture(scope="module")
