@@ -24,7 +24,7 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 from mcp_bridge.bodylimit import with_clear_refusals  # noqa: E402
 from mcp_bridge.server import http_app  # noqa: E402
 from platform_site.gcpolicy import settle_long_lived_process  # noqa: E402
-from sandboxes.housekeeping import poolagents  # noqa: E402
+from sandboxes.housekeeping import liveness, poolagents  # noqa: E402
 from sandboxes.proxy.app import serve_preview  # noqa: E402
 from sandboxes.proxy.routing import wants_preview  # noqa: E402
 from sandboxes.terminal_ws.app import serve_terminal, wants_terminal  # noqa: E402
@@ -73,9 +73,12 @@ def keeping_pool_agents(receive):
     async def received():
         message = await receive()
         if message["type"] == "lifespan.startup":
+            # This process's liveness lease: its commands are closed at once if it dies.
+            await asyncio.to_thread(liveness.start)
             poolagents.start()
         elif message["type"] == "lifespan.shutdown":
             await asyncio.to_thread(poolagents.stop)
+            await asyncio.to_thread(liveness.stop)
         return message
 
     return received

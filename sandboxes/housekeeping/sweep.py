@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from hosts.backends import get_backend
 from sandboxes.contract.errors import BackendFailure, ServiceError
-from sandboxes.housekeeping import idlepolicy
+from sandboxes.housekeeping import idlepolicy, liveness
 from sandboxes.housekeeping.config import system_for
 from sandboxes.models import AccessLink, CommandExecution, CommandStatus, Sandbox, SandboxStatus
 from tenants import apikeys
@@ -155,6 +155,8 @@ ABANDONED_AFTER = timedelta(minutes=5)
 def close_abandoned_commands(now: datetime) -> int:
     """Mark as error the command rows whose recorder died, so they stop keeping sandboxes busy.
 
+    Rows carrying an expired liveness lease are closed at once (housekeeping/liveness.py);
+    the rest (rows from before leases, or recorded by a process without one) as follows.
     A foreground command past its timeout plus a grace period, or a background command
     still queued (never started) after the grace period, will never be finished by anyone.
     Running background commands are not touched: their job records its own end and
@@ -177,7 +179,10 @@ def close_abandoned_commands(now: datetime) -> int:
     never_started = CommandExecution.objects.filter(
         background=True, status=CommandStatus.QUEUED, created_at__lt=now - ABANDONED_AFTER
     )
-    closed = 0
+    # Rows of processes whose liveness lease expired, at once (the heartbeats of live
+    # processes do this first; the sweep is the backstop when none runs).
+    closed = liveness.close_expired()
+    liveness.forget_ended()
     for rows, why in (
         (overdue_foreground, "abandoned: the process running it stopped before recording"),
         (never_started, "abandoned: the process starting it stopped before it started"),

@@ -22,6 +22,7 @@ from django_q.tasks import async_task
 from hosts.backends.base import BackendError, SandboxGone
 from sandboxes.contract.errors import BackendFailure, NotFound, PermissionDenied, QuotaExceeded
 from sandboxes.contract.results import BackgroundCheck, CommandResult
+from sandboxes.housekeeping import liveness
 from sandboxes.models import CommandExecution, CommandStatus, Sandbox, SandboxStatus
 from sandboxes.policy import access, validation
 from sandboxes.policy.access import READ, WRITE
@@ -92,6 +93,7 @@ def start_background(
             status=CommandStatus.QUEUED,
             background=True,
             started_at=timezone.now(),
+            lease_id=liveness.current_lease_id(),  # closed at once if this process dies
         )
     current().details.update(
         {"command_id": execution.pk, "command": shown[:500], "max_runtime_seconds": max_runtime}
