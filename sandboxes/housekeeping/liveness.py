@@ -188,7 +188,6 @@ class Heartbeat:
             self._thread.join(timeout=10)
         if self.lease_id is not None:
             release(self.lease_id)
-        close_old_connections()
 
     def beat(self) -> None:
         sent = time.monotonic()
