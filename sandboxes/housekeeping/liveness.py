@@ -178,7 +178,10 @@ class Heartbeat:
 
     def start(self) -> None:
         self.renewed_at = time.monotonic()
-        self.lease_id = take(self.kind)  # before any request: its rows carry the lease
+        try:
+            self.lease_id = take(self.kind)  # before any request: its rows carry the lease
+        except Exception:  # the database away at start: the first beat takes it
+            logger.warning("could not take a liveness lease yet", exc_info=True)
         self._thread = threading.Thread(target=self._run, name="sandhub-heartbeat", daemon=True)
         self._thread.start()
 

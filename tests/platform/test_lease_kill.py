@@ -13,6 +13,7 @@ sees the end of its input and kills what it runs (hosts/backends/agent/inside/ma
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
@@ -82,12 +83,10 @@ def test_killed_web_process_has_its_command_closed_within_seconds(
     call.join(timeout=10)
 
 
-def _post_ignoring_the_cut(api: httpx.Client, url: str, body: dict) -> None:
-    try:
-        api.post(url, json=body, timeout=400)
-    except httpx.TransportError:
-        pass  # the server was killed: the point of the test
+def _post_ignoring_the_cut(client: httpx.Client, url: str, body: dict) -> None:
+    with contextlib.suppress(httpx.TransportError):  # the server was killed: the point
+        client.post(url, json=body, timeout=400)
 
 
-def _in_sandbox(engine, sandbox_id: str) -> bool:
-    return any(args == MARK for _, args in processes(engine, sandbox_id).values())
+def _in_sandbox(client, sandbox_id: str) -> bool:
+    return any(args == MARK for _, args in processes(client, sandbox_id).values())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from datetime import timedelta
 
 import pytest
@@ -32,7 +33,7 @@ def fake_sandbox(fake_backend, as_alice):
 def heartbeat(db, monkeypatch):
     """This process's heartbeat with its lease taken, its thread not started."""
     beat = liveness.Heartbeat(ProcessKind.WEB)
-    beat.renewed_at = __import__("time").monotonic()
+    beat.renewed_at = time.monotonic()
     beat.lease_id = liveness.take(ProcessKind.WEB)
     monkeypatch.setattr(liveness, "_heartbeat", beat)
     return beat
@@ -84,7 +85,8 @@ def test_an_expired_lease_has_its_running_rows_closed_at_once(fake_sandbox, hear
     holder = f"pid {os.getpid()} on host {socket.gethostname()}"
     foreground.refresh_from_db()
     assert foreground.status == "error" and foreground.finished_at is not None
-    assert foreground.error_message.startswith(f"the platform process running it stopped ({holder})")
+    stopped = f"the platform process running it stopped ({holder})"
+    assert foreground.error_message.startswith(stopped)
     never_started.refresh_from_db()
     assert never_started.status == "error" and "before it started" in never_started.error_message
     assert CommandExecution.objects.get(pk=supervised.pk).status == "running"
