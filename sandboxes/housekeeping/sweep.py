@@ -46,6 +46,10 @@ IN_FLIGHT = (
     SandboxStatus.HALTING,
 )
 STUCK_AFTER_EXPIRY = timedelta(minutes=10)
+# How the sweep's own claims begin (_claim). One still stopping this long after the claim was
+# left by a worker that died mid-deletion (kill -9, out of memory): finished then, whatever
+# its expiry says (a sandbox claimed for idleness may have hours of lifetime left).
+SWEEP_CLAIM = "auto-cleanup at "
 # A sandbox with a command queued or running is in use, whatever last_activity_at says: a
 # background job (or a long foreground one) only touches it when it finishes.
 BUSY_COMMAND_STATUSES = (CommandStatus.QUEUED, CommandStatus.RUNNING)
@@ -94,9 +98,11 @@ def sweep(now: datetime | None = None) -> SweepReport:
             _put_aside(sandbox, "expire", expired, "expired", report, now)
         elif _claim(sandbox, expired, "expired", now):
             _retire_reporting(sandbox, "expire", report.expired, report)
-    stuck = Q(expires_at__lte=now - STUCK_AFTER_EXPIRY)
+    stuck = Q(expires_at__lte=now - STUCK_AFTER_EXPIRY) | _left_by_a_dead_sweeper(now)
     for sandbox in _sweepable(IN_FLIGHT).filter(stuck):
-        if _claim(sandbox, stuck, f"expired while {sandbox.status}, and stuck there", now):
+        expired_long_ago = sandbox.expires_at and sandbox.expires_at <= now - STUCK_AFTER_EXPIRY
+        why = "expired while" if expired_long_ago else "left by a worker that died while"
+        if _claim(sandbox, stuck, f"{why} {sandbox.status}, and stuck there", now):
             _retire_reporting(sandbox, "expire", report.expired, report)
     for team in _teams_with_idle_timeout():
         cutoff = now - timedelta(minutes=team.idle_timeout_minutes)
@@ -191,6 +197,14 @@ def close_abandoned_commands(now: datetime) -> int:
     return closed
 
 
+def _left_by_a_dead_sweeper(now: datetime) -> Q:
+    return Q(
+        status=SandboxStatus.STOPPING,
+        status_message__startswith=SWEEP_CLAIM,
+        status_changed_at__lte=now - STUCK_AFTER_EXPIRY,
+    )
+
+
 def _sweepable(statuses: tuple[str, ...] = SWEEPABLE) -> QuerySet[Sandbox]:
     return (
         Sandbox.objects.filter(status__in=statuses)
@@ -217,7 +231,7 @@ def _claim(sandbox: Sandbox, still: Q, why: str, now: datetime) -> bool:
     Compare-and-set on status and message: a stuck sandbox is stopping already, and the
     new message (with the time) is what tells a second sweeper it lost.
     """
-    message = f"auto-cleanup at {now:%Y-%m-%d %H:%M:%S} UTC: {why}"
+    message = f"{SWEEP_CLAIM}{now:%Y-%m-%d %H:%M:%S} UTC: {why}"
     return sandbox.transition_if(SandboxStatus.STOPPING, message, still)
 
 

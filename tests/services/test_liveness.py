@@ -192,3 +192,31 @@ def test_a_dead_workers_task_is_handed_back_to_the_queue_at_once(db):
     expire(worker)
     liveness.close_expired()
     assert OrmQ.objects.get(pk=queued.pk).lock <= timezone.now()  # the next poll takes it
+
+
+def test_a_sandbox_left_mid_deletion_by_a_dead_sweeper_is_finished_before_its_expiry(
+    fake_backend, as_alice
+):
+    """Fails on the old code: a sweep's claim (stopping) whose worker died stayed there until
+    the sandbox's expiry plus 10 minutes, hours for one claimed for idleness."""
+    from sandboxes.models import Sandbox
+
+    claimed, requested = (services.create_sandbox(as_alice).id for _ in range(2))
+    long_ago = timezone.now() - sweep.STUCK_AFTER_EXPIRY - timedelta(seconds=1)
+    later = timezone.now() + timedelta(hours=5)
+    Sandbox.objects.filter(public_id=claimed).update(
+        status="stopping",
+        status_message="auto-cleanup at 2026-01-01 00:00:00 UTC: idle for over 30 minutes",
+        status_changed_at=long_ago,
+        expires_at=later,
+    )
+    # A request's own deletion (not the sweep's claim) is left to the expiry rule.
+    Sandbox.objects.filter(public_id=requested).update(
+        status="stopping", status_changed_at=long_ago, expires_at=later
+    )
+    assert sweep.sweep().expired == [claimed]
+    assert Sandbox.objects.get(public_id=claimed).status == "deleted"
+    assert "left by a worker that died while stopping" in (
+        Sandbox.objects.get(public_id=claimed).status_message
+    )
+    assert Sandbox.objects.get(public_id=requested).status == "stopping"

@@ -1,0 +1,7 @@
+"""The platform's settings for bench/bench_broker.py: Q_CLUSTER as deployed, except that every
+result is kept (save_limit 0), so the bench can count them (250 kept by default)."""
+
+from platform_site.settings import *  # noqa: F403
+from platform_site.settings import Q_CLUSTER
+
+Q_CLUSTER = {**Q_CLUSTER, "save_limit": 0}
