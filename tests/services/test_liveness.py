@@ -220,3 +220,23 @@ def test_a_sandbox_left_mid_deletion_by_a_dead_sweeper_is_finished_before_its_ex
         Sandbox.objects.get(public_id=claimed).status_message
     )
     assert Sandbox.objects.get(public_id=requested).status == "stopping"
+
+
+def test_a_paused_process_does_not_bring_a_closed_background_row_back_to_running(
+    fake_sandbox, as_alice, heartbeat, fake_backend, monkeypatch
+):
+    original = fake_backend.start_background
+
+    def paused_past_expiry(self, *args, **kwargs):
+        job = original(self, *args, **kwargs)
+        expire(heartbeat.lease_id)
+        liveness.close_expired()  # another process's heartbeat: the row was never started
+        return job
+
+    monkeypatch.setattr(fake_backend, "start_background", paused_past_expiry)
+    with pytest.raises(Conflict, match="recorded as abandoned while it started"):
+        services.start_background(as_alice, fake_sandbox, "sleep 30")
+    row = CommandExecution.objects.get(command="sleep 30")
+    assert row.status == "error" and "before it started" in row.error_message
+    (record,) = next(iter(fake_backend.sandboxes.values()))["jobs"].values()
+    assert record["cancelled_after"] is not None  # the job in the sandbox went too
