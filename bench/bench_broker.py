@@ -2,6 +2,8 @@
 
     DATABASE_URL=postgres://.../dev_a .venv/bin/python bench/bench_broker.py [--tasks 600]
 
+(BENCH_POLL=0.05 tries another Q_CLUSTER poll.)
+
 Migrates the database given (use a scratch one: it adds and leaves rows), starts two
 `manage.py qcluster` processes on it (SANDHUB_WORKERS each, 2 by default; Q_CLUSTER as in
 settings: poll 0.2 s, bulk 1) and measures, in one run:
