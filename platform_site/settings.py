@@ -285,6 +285,10 @@ SANDHUB_SNAPSHOT_DIR = Path(env_str("SANDHUB_SNAPSHOT_DIR", str(VAR_DIR / "snaps
 # per sandbox) instead of one engine exec each; a host turns it off with the option agent: false.
 # Images without python3 use the per-command exec path whatever this says.
 SANDHUB_AGENT = env_bool("SANDHUB_AGENT", True)
+# Liveness leases (sandboxes/housekeeping/liveness.py): each web process and qcluster worker
+# renews its lease every third of this many seconds; one not renewed for this long belongs to
+# a dead process, and the commands it was running are closed at once.
+SANDHUB_LEASE_SECONDS = env_int("SANDHUB_LEASE_SECONDS", 10, minimum=3)
 # Usage charts (sandboxes/housekeeping/usage.py): every running sandbox's CPU, memory, disk
 # and pids sampled each this many seconds, a round waiting at most ROUND seconds for slow
 # sandboxes; samples older than KEEP hours are removed.

@@ -21,6 +21,14 @@ class SandboxesConfig(AppConfig):
         # background commands whose supervisor died, at once (see supervise_background).
         post_spawn.connect(recover_on_worker_start, dispatch_uid="sandhub-background-recovery")
 
+        from django_q.signals import pre_execute
+
+        from sandboxes.housekeeping import workertasks
+
+        # Each worker holds a liveness lease naming its task (housekeeping/liveness.py).
+        post_spawn.connect(workertasks.on_worker_start, dispatch_uid="sandhub-worker-lease")
+        pre_execute.connect(workertasks.on_task_start, dispatch_uid="sandhub-worker-task")
+
         from django.core import checks
 
         from sandboxes.proxy.sites import check_preview_site

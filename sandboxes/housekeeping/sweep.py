@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from hosts.backends import get_backend
 from sandboxes.contract.errors import BackendFailure, ServiceError
-from sandboxes.housekeeping import idlepolicy
+from sandboxes.housekeeping import idlepolicy, liveness
 from sandboxes.housekeeping.config import system_for
 from sandboxes.models import AccessLink, CommandExecution, CommandStatus, Sandbox, SandboxStatus
 from tenants import apikeys
@@ -46,6 +46,10 @@ IN_FLIGHT = (
     SandboxStatus.HALTING,
 )
 STUCK_AFTER_EXPIRY = timedelta(minutes=10)
+# How the sweep's own claims begin (_claim). One still stopping this long after the claim was
+# left by a worker that died mid-deletion (kill -9, out of memory): finished then, whatever
+# its expiry says (a sandbox claimed for idleness may have hours of lifetime left).
+SWEEP_CLAIM = "auto-cleanup at "
 # A sandbox with a command queued or running is in use, whatever last_activity_at says: a
 # background job (or a long foreground one) only touches it when it finishes.
 BUSY_COMMAND_STATUSES = (CommandStatus.QUEUED, CommandStatus.RUNNING)
@@ -94,9 +98,11 @@ def sweep(now: datetime | None = None) -> SweepReport:
             _put_aside(sandbox, "expire", expired, "expired", report, now)
         elif _claim(sandbox, expired, "expired", now):
             _retire_reporting(sandbox, "expire", report.expired, report)
-    stuck = Q(expires_at__lte=now - STUCK_AFTER_EXPIRY)
+    stuck = Q(expires_at__lte=now - STUCK_AFTER_EXPIRY) | _left_by_a_dead_sweeper(now)
     for sandbox in _sweepable(IN_FLIGHT).filter(stuck):
-        if _claim(sandbox, stuck, f"expired while {sandbox.status}, and stuck there", now):
+        expired_long_ago = sandbox.expires_at and sandbox.expires_at <= now - STUCK_AFTER_EXPIRY
+        why = "expired while" if expired_long_ago else "left by a worker that died while"
+        if _claim(sandbox, stuck, f"{why} {sandbox.status}, and stuck there", now):
             _retire_reporting(sandbox, "expire", report.expired, report)
     for team in _teams_with_idle_timeout():
         cutoff = now - timedelta(minutes=team.idle_timeout_minutes)
@@ -155,6 +161,8 @@ ABANDONED_AFTER = timedelta(minutes=5)
 def close_abandoned_commands(now: datetime) -> int:
     """Mark as error the command rows whose recorder died, so they stop keeping sandboxes busy.
 
+    Rows carrying an expired liveness lease are closed at once (housekeeping/liveness.py);
+    the rest (rows from before leases, or recorded by a process without one) as follows.
     A foreground command past its timeout plus a grace period, or a background command
     still queued (never started) after the grace period, will never be finished by anyone.
     Running background commands are not touched: their job records its own end and
@@ -177,13 +185,24 @@ def close_abandoned_commands(now: datetime) -> int:
     never_started = CommandExecution.objects.filter(
         background=True, status=CommandStatus.QUEUED, created_at__lt=now - ABANDONED_AFTER
     )
-    closed = 0
+    # Rows of processes whose liveness lease expired, at once (the heartbeats of live
+    # processes do this first; the sweep is the backstop when none runs).
+    closed = liveness.close_expired()
+    liveness.forget_ended()
     for rows, why in (
         (overdue_foreground, "abandoned: the process running it stopped before recording"),
         (never_started, "abandoned: the process starting it stopped before it started"),
     ):
         closed += rows.update(status=CommandStatus.ERROR, error_message=why, finished_at=now)
     return closed
+
+
+def _left_by_a_dead_sweeper(now: datetime) -> Q:
+    return Q(
+        status=SandboxStatus.STOPPING,
+        status_message__startswith=SWEEP_CLAIM,
+        status_changed_at__lte=now - STUCK_AFTER_EXPIRY,
+    )
 
 
 def _sweepable(statuses: tuple[str, ...] = SWEEPABLE) -> QuerySet[Sandbox]:
@@ -212,7 +231,7 @@ def _claim(sandbox: Sandbox, still: Q, why: str, now: datetime) -> bool:
     Compare-and-set on status and message: a stuck sandbox is stopping already, and the
     new message (with the time) is what tells a second sweeper it lost.
     """
-    message = f"auto-cleanup at {now:%Y-%m-%d %H:%M:%S} UTC: {why}"
+    message = f"{SWEEP_CLAIM}{now:%Y-%m-%d %H:%M:%S} UTC: {why}"
     return sandbox.transition_if(SandboxStatus.STOPPING, message, still)
 
 

@@ -6,6 +6,7 @@ everything is named here, where Django and the rest of the code find it."""
 from sandboxes.models.commands import FINISHED_COMMAND_STATUSES, CommandExecution, CommandStatus
 from sandboxes.models.egress import EgressAuthority, EgressRefusal, EgressSecret
 from sandboxes.models.ids import new_link_id, new_pool_id, new_sandbox_id, new_snapshot_id
+from sandboxes.models.leases import LeaseEnd, ProcessKind, ProcessLease
 from sandboxes.models.pool import WarmContainer, WarmContainerStatus
 from sandboxes.models.previews import (
     AccessLink,
@@ -58,9 +59,12 @@ __all__ = [
     "EgressSecret",
     "HostUsageSample",
     "InvalidTransition",
+    "LeaseEnd",
     "LinkKind",
     "Preview",
     "PreviewQuerySet",
+    "ProcessKind",
+    "ProcessLease",
     "S",
     "Sandbox",
     "SandboxQuerySet",

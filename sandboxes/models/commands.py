@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from sandboxes.models.leases import ProcessLease
 from sandboxes.models.sandbox import Sandbox
 from tenants.models import Channel
 
@@ -52,6 +53,10 @@ class CommandExecution(models.Model):
     error_message = models.TextField(blank=True)
     background = models.BooleanField(default=False)
     background_state = models.JSONField(default=dict, blank=True)
+    # The liveness lease of the process recording it: closed at once if that process dies.
+    lease = models.ForeignKey(
+        ProcessLease, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

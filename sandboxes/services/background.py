@@ -11,8 +11,10 @@ update on status=running), and the others leave it be.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -20,8 +22,15 @@ from django.utils import timezone
 from django_q.tasks import async_task
 
 from hosts.backends.base import BackendError, SandboxGone
-from sandboxes.contract.errors import BackendFailure, NotFound, PermissionDenied, QuotaExceeded
+from sandboxes.contract.errors import (
+    BackendFailure,
+    Conflict,
+    NotFound,
+    PermissionDenied,
+    QuotaExceeded,
+)
 from sandboxes.contract.results import BackgroundCheck, CommandResult
+from sandboxes.housekeeping import liveness
 from sandboxes.models import CommandExecution, CommandStatus, Sandbox, SandboxStatus
 from sandboxes.policy import access, validation
 from sandboxes.policy.access import READ, WRITE
@@ -92,6 +101,7 @@ def start_background(
             status=CommandStatus.QUEUED,
             background=True,
             started_at=timezone.now(),
+            lease_id=liveness.current_lease_id(),  # closed at once if this process dies
         )
     current().details.update(
         {"command_id": execution.pk, "command": shown[:500], "max_runtime_seconds": max_runtime}
@@ -115,7 +125,9 @@ def start_background(
     with change():  # running, and its audit row, in one transaction
         execution.status = CommandStatus.RUNNING
         execution.background_state = {"job": job}
-        execution.save(update_fields=["status", "background_state"])
+        queued = CommandExecution.objects.filter(pk=execution.pk, status=CommandStatus.QUEUED)
+        if not queued.update(status=execution.status, background_state=execution.background_state):
+            _closed_meanwhile(sandbox, execution, job)  # never brought back to running
         pk = execution.pk
         # After commit, so the worker finds the row (a caller may hold a transaction open).
         transaction.on_commit(
@@ -268,3 +280,14 @@ def _background_execution(sandbox: Sandbox, command_id: int) -> CommandExecution
     if execution is None:
         raise NotFound(f"background command {command_id} not found in sandbox {sandbox.public_id}")
     return execution
+
+
+def _closed_meanwhile(sandbox: Sandbox, execution: CommandExecution, job: dict[str, Any]) -> None:
+    """This process stopped past its liveness lease while starting the job, and its row was
+    closed (housekeeping/liveness.py): the job goes, the closed row stays as it is."""
+    with contextlib.suppress(BackendError):
+        backend_of(sandbox).cancel_background(sandbox.backend_state, job)
+    raise Conflict(
+        f"background command {execution.pk} was recorded as abandoned while it started "
+        "(this platform process had stopped renewing its liveness lease); it was cancelled"
+    )

@@ -12,7 +12,7 @@ from dbkit import writes
 from hosts.backends.base import BackendError, ExecResult, OutputCallback, SandboxGone
 from sandboxes.contract.errors import BackendFailure, Conflict, InvalidInput, NotFound
 from sandboxes.contract.results import CommandResult
-from sandboxes.housekeeping import transitions
+from sandboxes.housekeeping import liveness, transitions
 from sandboxes.metrics import instruments
 from sandboxes.models import CommandExecution, CommandStatus, Sandbox
 from sandboxes.policy import access, validation
@@ -167,6 +167,7 @@ def _execute(
         timeout_seconds=seconds,
         status=CommandStatus.RUNNING,
         started_at=timezone.now(),
+        lease_id=liveness.current_lease_id(),  # closed at once if this process dies
     )
     current().details.update({"command_id": execution.pk, "command": recorded[:500]})
     refuse_if_paused_meanwhile(execution, sandbox)
@@ -210,7 +211,9 @@ def _execute(
     current().details.update({"status": execution.status, "exit_code": execution.exit_code})
     # The command's record and its audit row, in one transaction that holds the write lock
     # only for the two statements (dbkit/writes.py).
-    change_with(writes.update(CommandExecution.objects.filter(pk=execution.pk), finished))
+    still_running = CommandExecution.objects.filter(pk=execution.pk, status=CommandStatus.RUNNING)
+    change_with(writes.update(still_running, finished))
+    refuse_if_closed_meanwhile(execution)
     touch(sandbox)
     return CommandResult.from_model(execution)
 
@@ -240,6 +243,9 @@ _FINISHED_FIELDS = [
     "finished_at",
     "error_message",
 ]
+
+
+_FAILED_FIELDS = ["status", "error_message", "duration_seconds", "finished_at"]
 
 
 def _finished(
@@ -277,6 +283,24 @@ def refuse_if_paused_meanwhile(execution: CommandExecution, sandbox: Sandbox) ->
     )
 
 
+def refuse_if_closed_meanwhile(execution: CommandExecution) -> None:
+    """This process stopped past its liveness lease (paused, cut off from the database) and
+    its row was closed as abandoned: the closed row stays as it is (a final state is final),
+    and the caller learns what happened rather than a result the history contradicts."""
+    if liveness.surely_held(execution.lease_id):
+        return
+    stored = CommandExecution.objects.filter(pk=execution.pk).values_list("status", "error_message")
+    status, message = stored.first() or (CommandStatus.ERROR, "deleted")
+    if status == execution.status and message == execution.error_message:
+        return
+    raise Conflict(
+        f"command {execution.pk} ended ({execution.status}, exit code {execution.exit_code}) "
+        f"after its record had been closed: {message}. This platform process had stopped "
+        "renewing its liveness lease (paused or cut off from the database); the record "
+        "keeps the error"
+    )
+
+
 def fail_execution(
     execution: CommandExecution, sandbox: Sandbox, exc: BackendError, elapsed: float
 ) -> None:
@@ -285,7 +309,10 @@ def fail_execution(
     execution.error_message = str(exc)[:2000]
     execution.duration_seconds = elapsed
     execution.finished_at = timezone.now()
-    execution.save()
+    # Unless closed meanwhile (its process taken for dead: housekeeping/liveness.py).
+    CommandExecution.objects.filter(
+        pk=execution.pk, status__in=(CommandStatus.RUNNING, CommandStatus.QUEUED)
+    ).update(**{f: getattr(execution, f) for f in _FAILED_FIELDS})
     if isinstance(exc, SandboxGone):
         mark_lost(sandbox, str(exc))
 
