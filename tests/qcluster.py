@@ -13,16 +13,14 @@ clean way: SIGTERM to the main process, which lets workers finish their current 
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 from urllib.parse import quote
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.webprocess import SessionProcess
+
 READY_LINE = "running."  # django-q2 logs "Q Cluster <name> running." once it guards workers
 
 
@@ -41,18 +39,15 @@ def subprocess_database_url() -> str:
     return f"postgres://{credentials}{host}{port}/{quote(config['NAME'], safe='')}"
 
 
-class QCluster:
-    """One `manage.py qcluster` at a time; its output goes to `log_path`."""
+class QCluster(SessionProcess):
+    """One `manage.py qcluster` at a time; its output goes to `log_path`. Killing, stopping
+    and the log are tests/webprocess.py's `SessionProcess`: the web process's too."""
+
+    stop_seconds = 30.0  # SIGTERM lets the workers finish their current task
 
     def __init__(self, log_path: Path, env: dict[str, str] | None = None) -> None:
-        self.log_path = log_path
+        super().__init__(log_path)
         self.env = env or {}
-        self.process: subprocess.Popen | None = None
-        self._log_offset = 0
-
-    @property
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
 
     def start(self, timeout: float = 30.0) -> None:
         """Start a cluster and wait until it says it is running."""
@@ -60,17 +55,7 @@ class QCluster:
             raise RuntimeError("a qcluster is already running")
         env = {**os.environ, "DATABASE_URL": subprocess_database_url(), **self.env}
         env.pop("SANDHUB_API_KEY", None)
-        with open(self.log_path, "ab") as log:
-            self._log_offset = log.tell()
-            self.process = subprocess.Popen(
-                [sys.executable, "manage.py", "qcluster"],
-                cwd=ROOT,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group: kill() gets every process
-            )
+        self._spawn([sys.executable, "manage.py", "qcluster"], env)
         deadline = time.monotonic() + timeout
         while READY_LINE not in self.log_since_start():
             if not self.alive:
@@ -79,30 +64,3 @@ class QCluster:
                 self.kill()
                 raise RuntimeError(f"qcluster not running after {timeout:g} s:\n{self.log()}")
             time.sleep(0.05)
-
-    def stop(self, timeout: float = 30.0) -> None:
-        """SIGTERM to the main process (workers finish their task), then SIGKILL to all."""
-        if self.process is None:
-            return
-        if self.alive:
-            self.process.send_signal(signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.process.wait(timeout)
-        self.kill()
-
-    def kill(self) -> None:
-        """SIGKILL to every process of the cluster at once, as a crash would."""
-        if self.process is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(10)
-        self.process = None
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def log_since_start(self) -> str:
-        with open(self.log_path, "rb") as log:
-            log.seek(self._log_offset)
-            return log.read().decode(errors="replace")

@@ -24,12 +24,12 @@ from hosts.models import Host, Image
 from tenants import apikeys
 from tenants.models import Membership, Role, Team
 from tests.cluster.engines import Engine, local_engine
-from tests.cluster.processes import WebProcess
 from tests.live import subprocess_env
 from tests.qcluster import QCluster
 from tests.ssh.helpers import register
 from tests.ssh.logins import SUDO_USER
 from tests.ssh.sshd import Sshd
+from tests.webprocess import WebProcess
 
 WEBS = 2
 WORKERS = 2
@@ -89,7 +89,7 @@ def running_layout(
     down again after, whatever happened. engine2: tests/cluster/engines.py `remote_engine`."""
     engines = {"engine1": local_engine(), "engine2": engine2}
     layout = Layout(
-        webs=[WebProcess(f"web{i}", scratch / f"web{i}.log") for i in range(webs)],
+        webs=[_web(scratch, f"web{i}") for i in range(webs)],
         workers=[
             QCluster(scratch / f"worker{i}.log", env={"DATABASE_URL": _database_url()})
             for i in range(WORKERS)
@@ -107,6 +107,12 @@ def running_layout(
             web.stop()
         for worker in layout.workers:
             worker.stop()
+
+
+def _web(scratch: Path, name: str) -> WebProcess:
+    """A web process of the layout: ready once its port accepts (one worker: uvicorn binds
+    after its startup), restartable in place by the web fault."""
+    return WebProcess(scratch / f"{name}.log", name=name, ready_path=None)
 
 
 def _database_url() -> str:

@@ -10,7 +10,6 @@ import datetime
 import ipaddress
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -18,13 +17,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx2 as httpx
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from tests.live import free_port, subprocess_env
+from tests.live import free_port
+from tests.webprocess import WebProcess, stop_group
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "deploy" / "nginx" / "sandhub.conf"
@@ -167,40 +166,20 @@ def running_nginx(binary: str, prefix: Path, upstreams: list[int]) -> Iterator[N
         _wait_for_port(tls_port, process, prefix / "error.log")
         yield Nginx(tls_port, http_port, access_log, process)
     finally:
-        _stop(process)
+        stop_group(process, timeout=15)
         log.close()
-
-
-@dataclass
-class WebProcess:
-    port: int
-    process: subprocess.Popen
-    log: Path
 
 
 @contextlib.contextmanager
 def running_web(directory: Path, **env: str) -> Iterator[WebProcess]:
-    """scripts/web.sh as the systemd unit runs it: one uvicorn on a loopback port."""
+    """scripts/web.sh as the systemd unit runs it: one uvicorn on a loopback port, answering
+    the platform's host name (ALLOWED_HOSTS is the deployment's)."""
     port = free_port()
-    log = directory / f"web-{port}.log"
-    environment = subprocess_env(
-        SANDHUB_BIND_HOST="127.0.0.1", SANDHUB_BIND_PORT=str(port), SANDHUB_WEB_WORKERS="1", **env
-    )
-    with open(log, "wb") as out:
-        process = subprocess.Popen(
-            [str(ROOT / "scripts" / "web.sh")],
-            cwd=ROOT,
-            env=environment,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    web = WebProcess(directory / f"web-{port}.log", port, host_header=PLATFORM_HOST, env=env)
     try:
-        _wait_for_login_page(port, process, log)
-        yield WebProcess(port, process, log)
+        yield web.start()
     finally:
-        _stop(process)
+        web.stop()
 
 
 def _wait_for_port(port: int, process: subprocess.Popen, log: Path) -> None:
@@ -214,38 +193,6 @@ def _wait_for_port(port: int, process: subprocess.Popen, log: Path) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError(f"nginx not listening:\n{log.read_text()[-3000:]}")
         time.sleep(0.05)
-
-
-def _wait_for_login_page(port: int, process: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + 90
-    while True:
-        if process.poll() is not None:
-            raise RuntimeError(f"scripts/web.sh exited at start:\n{log.read_text()[-3000:]}")
-        with contextlib.suppress(httpx.TransportError):
-            if (
-                httpx.get(
-                    f"http://127.0.0.1:{port}/login/", headers={"Host": PLATFORM_HOST}, timeout=5
-                ).status_code
-                == 200
-            ):
-                return
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"scripts/web.sh did not answer:\n{log.read_text()[-3000:]}")
-        time.sleep(0.1)
-
-
-def _stop(process: subprocess.Popen) -> None:
-    """SIGTERM (a graceful stop), then SIGKILL to the whole group if it lingers."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(15)
-            return
-        except subprocess.TimeoutExpired:
-            pass
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait(10)
 
 
 WEB_ENV = {

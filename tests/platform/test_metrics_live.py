@@ -5,15 +5,12 @@ scrapes sum both workers' counts and give the database's figures once."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import secrets
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx2 as httpx
@@ -22,10 +19,10 @@ from fastmcp.exceptions import ToolError
 
 from hosts.models import Host, Image
 from sandboxes.models import Sandbox
-from tests.live import free_port, mcp, run, subprocess_env
+from tests.live import mcp, run
 from tests.platform.metrics_helpers import samples, value
+from tests.webprocess import WebProcess
 
-ROOT = Path(__file__).resolve().parents[2]
 TOKEN = secrets.token_hex(24)
 
 
@@ -129,69 +126,46 @@ def test_mcp_calls_are_counted_by_tool_and_outcome(token, asgi_server, world):
 # --- two uvicorn workers, one metrics directory -----------------------------------------------
 
 
-@dataclass
-class TwoWorkers:
-    server: str
-    process: subprocess.Popen
-    log: Path
+class TwoWorkers(WebProcess):
+    """scripts/web.sh with two uvicorn workers sharing one metrics directory. Ready once its
+    port accepts (no request: a page request would count in the totals the test checks) and
+    both workers have started."""
 
-    def workers(self) -> list[int]:
+    def worker_pids(self) -> list[int]:
         """The worker processes as uvicorn logs them ("Started server process [PID]"): the
         parent has other children too (multiprocessing's resource tracker)."""
-        started = re.findall(r"Started server process \[(\d+)\]", self.log.read_text())
-        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")
-        alive = children.read_text().split()
+        assert self.process is not None
+        parent = self.process.pid
+        started = re.findall(r"Started server process \[(\d+)\]", self.log())
+        alive = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
         return [int(pid) for pid in started if pid in alive]
 
     def wait_for_startups(self, count: int) -> None:
         """Until `count` workers have started (uvicorn logs each one's startup)."""
         deadline = time.monotonic() + 90
-        while self.log.read_text().count("Application startup complete") < count:
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"scripts/web.sh, two workers:\n{self.log.read_text()[-3000:]}")
+        while self.log().count("Application startup complete") < count:
+            if not self.alive or time.monotonic() > deadline:
+                raise RuntimeError(f"scripts/web.sh, two workers:\n{self.log_tail()}")
             time.sleep(0.1)
 
 
 @pytest.fixture
 def two_workers(world, tmp_path) -> Iterator[TwoWorkers]:
-    port = free_port()
-    env = subprocess_env(
-        SANDHUB_BIND_HOST="127.0.0.1",
-        SANDHUB_BIND_PORT=str(port),
-        SANDHUB_WEB_WORKERS="2",
-        SANDHUB_METRICS_TOKEN=TOKEN,
-        PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "metrics"),
-    )
     (tmp_path / "metrics").mkdir()
-    log = tmp_path / "web.log"
-    with open(log, "wb") as out:
-        process = subprocess.Popen(
-            [str(ROOT / "scripts" / "web.sh")],
-            cwd=ROOT,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    web = TwoWorkers(f"http://127.0.0.1:{port}", process, log)
+    env = {"SANDHUB_METRICS_TOKEN": TOKEN, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics")}
+    web = TwoWorkers(tmp_path / "web.log", workers=2, env=env, ready_path=None)
     try:
+        web.start()
         web.wait_for_startups(2)
         yield web
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait(10)
+        web.stop(timeout=20)
 
 
 def test_two_workers_scrapes_sum_their_counts(two_workers, tmp_path, world):
     """And a worker killed with kill -9 takes none of its counts with it: its files stay, the
     worker uvicorn starts in its place adds to them."""
-    server = two_workers.server
+    server = two_workers.url
     host, image = Host.objects.get(name="local"), Image.objects.get(name="python")
     for _ in range(3):  # rows only: the gauges read the database
         Sandbox.objects.create(
@@ -217,7 +191,7 @@ def test_two_workers_scrapes_sum_their_counts(two_workers, tmp_path, world):
     print(f"counter files of {len(writers)} worker process(es): {sorted(writers)}")
     assert writers
 
-    workers = two_workers.workers()
+    workers = two_workers.worker_pids()
     assert len(workers) == 2
     os.kill(workers[0], signal.SIGKILL)
     two_workers.wait_for_startups(3)  # the replacement

@@ -16,11 +16,9 @@ itself (exit 9) after 20 s. No worker runs: the new web process's check records 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -36,10 +34,10 @@ from sandboxes.models import CommandExecution, Sandbox
 from tenants import apikeys
 from tests.live import free_port
 from tests.qcluster import subprocess_database_url
+from tests.webprocess import SessionProcess
 
 pytestmark = pytest.mark.docker
 
-ROOT = Path(__file__).resolve().parents[2]
 RELEASE = "/workspace/release"
 # Ticks every half second until released; exit 9 after 40 ticks (20 s) if never released.
 JOB = (
@@ -60,59 +58,30 @@ def wait_for(condition: Callable[[], object], timeout: float, what: str, interva
         time.sleep(interval)
 
 
-class WebProcess:
-    """uvicorn serving platform_site.asgi in a session of its own, as `make run` starts it."""
+class WebProcess(SessionProcess):
+    """uvicorn serving platform_site.asgi in a session of its own, as `make run` starts it
+    (killing and stopping: tests/webprocess.py's `SessionProcess`)."""
 
     def __init__(self, port: int, log_path: Path) -> None:
+        super().__init__(log_path)
         self.url = f"http://127.0.0.1:{port}"
         self.port = port
-        self.log_path = log_path
-        self.process: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60.0) -> None:
         env = {k: v for k, v in os.environ.items() if k != "SANDHUB_API_KEY"}
         env.update(DATABASE_URL=subprocess_database_url(), SANDHUB_AGENT="true")
         argv = [sys.executable, "-m", "uvicorn", "platform_site.asgi:application"]
         argv += ["--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning"]
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                argv,
-                cwd=ROOT,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # kill() takes the whole process group at once
-            )
+        self._spawn(argv, env)
         wait_for(self._answers, timeout, f"the web process on {self.url}", interval=0.1)
 
     def _answers(self) -> bool:
-        if self.process is None or self.process.poll() is not None:
+        if not self.alive:
             raise RuntimeError(f"the web process exited at start:\n{self.log()}")
         try:
             return httpx.get(f"{self.url}/login/", timeout=5).status_code == 200
         except httpx.TransportError:
             return False
-
-    def kill(self) -> int:
-        """SIGKILL to every process of the web process at once, as a crash would."""
-        if self.process is None:
-            return 0
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        code = self.process.wait(10)
-        self.process = None
-        return code
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.process.wait(15)
-        self.kill()
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
 @pytest.fixture(scope="module")
