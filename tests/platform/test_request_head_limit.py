@@ -8,22 +8,14 @@ port with one worker (the uvicorn process itself), on the test database.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-import httpx2 as httpx
 import pytest
 
-from tests.live import free_port, subprocess_env
 from tests.platform.rawhttp import answer_head, exchange, head, rss_kib, statuses
+from tests.webprocess import WebProcess
 
-ROOT = Path(__file__).resolve().parents[2]
 KIB = 1024
 MIB = 1024 * KIB
 # What the refused requests may add to the worker: a few MB (the old code grew it by about
@@ -31,62 +23,24 @@ MIB = 1024 * KIB
 RSS_GROWTH_ALLOWED_KIB = 8 * KIB
 
 
-@dataclass
-class WebProcess:
-    port: int
-    process: subprocess.Popen
-    log: Path
-
+class HeadLimitedWeb(WebProcess):
     def worker_rss_kib(self) -> int:
         """The resident set of the worker(s): uvicorn itself with one worker, its children
         (the workers) with more."""
-        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")
-        pids = [int(pid) for pid in children.read_text().split()] or [self.process.pid]
-        return sum(rss_kib(pid) for pid in pids)
-
-
-def _answers(web: WebProcess) -> bool:
-    if web.process.poll() is not None:
-        raise RuntimeError(f"scripts/web.sh exited at start:\n{web.log.read_text()[-3000:]}")
-    try:
-        return httpx.get(f"http://127.0.0.1:{web.port}/login/", timeout=5).status_code == 200
-    except httpx.TransportError:
-        return False
+        assert self.process is not None
+        pid = self.process.pid
+        children = Path(f"/proc/{pid}/task/{pid}/children")
+        pids = [int(child) for child in children.read_text().split()] or [pid]
+        return sum(rss_kib(child) for child in pids)
 
 
 @pytest.fixture(scope="module")
-def web(live_db, tmp_path_factory) -> Iterator[WebProcess]:
-    port = free_port()
-    env = subprocess_env(
-        SANDHUB_BIND_HOST="127.0.0.1", SANDHUB_BIND_PORT=str(port), SANDHUB_WEB_WORKERS="1"
-    )
-    log = tmp_path_factory.mktemp("web") / "web.log"
-    with open(log, "wb") as out:
-        process = subprocess.Popen(
-            [str(ROOT / "scripts" / "web.sh")],
-            cwd=ROOT,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    started = WebProcess(port, process, log)
+def web(live_db, tmp_path_factory) -> Iterator[HeadLimitedWeb]:
+    started = HeadLimitedWeb(tmp_path_factory.mktemp("web") / "web.log").start()
     try:
-        deadline = time.monotonic() + 60
-        while not _answers(started):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"scripts/web.sh did not answer:\n{log.read_text()[-3000:]}")
-            time.sleep(0.1)
         yield started
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait(10)
+        started.stop()
 
 
 def login_page(port: int, size: int | None = None) -> bytes:
