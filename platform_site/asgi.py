@@ -28,6 +28,7 @@ from platform_site.metrics import endpoint as metrics_endpoint  # noqa: E402
 from platform_site.metrics.exposition import process_exiting  # noqa: E402
 from platform_site.metrics.requests import METRICS_PATH, instrumented  # noqa: E402
 from sandboxes.housekeeping import liveness, poolagents  # noqa: E402
+from sandboxes.http.dbthreads import in_db_thread  # noqa: E402
 from sandboxes.proxy.app import serve_preview  # noqa: E402
 from sandboxes.proxy.routing import wants_preview  # noqa: E402
 from sandboxes.terminal_ws.app import serve_terminal, wants_terminal  # noqa: E402
@@ -82,12 +83,13 @@ def keeping_pool_agents(receive):
     async def received():
         message = await receive()
         if message["type"] == "lifespan.startup":
-            # This process's liveness lease: its commands are closed at once if it dies.
-            await asyncio.to_thread(liveness.start)
+            # This process's liveness lease: its commands are closed at once if it dies. Taken
+            # and released in a worker thread whose connection is closed after (in_db_thread).
+            await in_db_thread(liveness.start)
             poolagents.start()
         elif message["type"] == "lifespan.shutdown":
             await asyncio.to_thread(poolagents.stop)
-            await asyncio.to_thread(liveness.stop)
+            await in_db_thread(liveness.stop)
             process_exiting()
         return message
 

@@ -11,19 +11,15 @@ per-address lockout as bad API keys (tenants/ratelimits.py), one audit row each.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable
-from typing import TypeVar
 
-import anyio.to_thread
 from django.conf import settings
-from django.db import close_old_connections
 
 from platform_site.metrics.exposition import scrape
 from platform_site.metrics.requests import Receive, Scope, Send
+from sandboxes.http.dbthreads import in_db_thread
 from tenants import ratelimits
 from tenants.models import Channel
 
-T = TypeVar("T")
 FAILURE_REASON = "bad metrics token"
 
 
@@ -37,9 +33,9 @@ async def serve_metrics(scope: Scope, receive: Receive, send: Send) -> None:
         return
     address = (scope.get("client") or ("",))[0] or None
     try:
-        await _in_thread(ratelimits.check_lockout, None, address)
+        await in_db_thread(ratelimits.check_lockout, None, address)
         if not _token_matches(scope):
-            await _in_thread(_failed, address)
+            await in_db_thread(_failed, address)
             await _answer(
                 send, 401, b"unauthorized\n", [(b"www-authenticate", b'Bearer realm="metrics"')]
             )
@@ -48,7 +44,7 @@ async def serve_metrics(scope: Scope, receive: Receive, send: Send) -> None:
         retry = str(max(int(exc.retry_after), 1)).encode()
         await _answer(send, 429, b"too many failed attempts\n", [(b"retry-after", retry)])
         return
-    body, content_type = await _in_thread(scrape, _header(scope, b"accept").decode("latin-1"))
+    body, content_type = await in_db_thread(scrape, _header(scope, b"accept").decode("latin-1"))
     headers = [(b"content-type", content_type.encode()), (b"cache-control", b"no-store")]
     await _answer(send, 200, b"" if scope["method"] == "HEAD" else body, headers)
 
@@ -72,20 +68,6 @@ def _failed(address: str | None) -> None:
     ratelimits.authentication_failed(
         ratelimits.Failure(reason=FAILURE_REASON, prefix=None, address=address, channel=Channel.API)
     )
-
-
-async def _in_thread(fn: Callable[..., T], *args: object) -> T:
-    """A synchronous call that reads the database, with the connection hygiene of a request
-    (this thread is none: nothing else would close its connection)."""
-
-    def guarded() -> T:
-        close_old_connections()
-        try:
-            return fn(*args)
-        finally:
-            close_old_connections()
-
-    return await anyio.to_thread.run_sync(guarded)
 
 
 async def _answer(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
