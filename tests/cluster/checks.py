@@ -114,8 +114,20 @@ def check_clients_recovered(result: RunResult) -> None:
     assert not offenders and not stalled, (
         f"failed calls beyond one per fault: {offenders[:20]}; "
         f"clients with no successful call after the last fault: {stalled}; "
+        f"their failed calls: {failed_calls_of(result, offenders)}; "
         f"errors: {error_samples(result)}"
     )
+
+
+def failed_calls_of(result: RunResult, offenders: list[str]) -> list[str]:
+    """Each offending client's failed calls: when (seconds into the load), where, what."""
+    clients = {int(line.split()[1].rstrip(":")) for line in offenders}
+    return [
+        f"client {r.client} +{r.failed_at - result.started:.1f}s {r.kind} on web{r.web}: "
+        f"{r.error[:200]}"
+        for r in result.records
+        if not r.ok and r.client in clients
+    ]
 
 
 def error_samples(result: RunResult, limit: int = 8) -> list[str]:
