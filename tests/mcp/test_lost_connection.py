@@ -110,9 +110,10 @@ DEAD = "the session's transport is gone"
 
 def dead_session(exc: BaseException) -> str:
     """The two ways a dead session answers: the SDK's "Connection closed", or fastmcp's
-    Client raising the transport task's own error again (once its session task is done)."""
+    Client raising the transport task's own error again (once its session task is done):
+    a reset, a cut answer, or (when the killed process's port refused first) ConnectError."""
     if isinstance(exc, MCPError) and str(exc) == "Connection closed":
         return DEAD
-    if isinstance(exc, httpx.ReadError | httpx.RemoteProtocolError):
+    if isinstance(exc, httpx.ReadError | httpx.RemoteProtocolError | httpx.ConnectError):
         return DEAD
     return repr(exc)
