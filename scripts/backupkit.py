@@ -57,31 +57,28 @@ def write_keys(path: Path) -> None:
         handle.write("\n".join(lines) + "\n")
 
 
-def sqlite_backup(path: Path) -> None:
-    source = sqlite3.connect(str(_database()["NAME"]))
-    target = sqlite3.connect(str(path))
+def _copy_sqlite(source_path: Path, target_path: Path) -> None:
+    """SQLite's online backup API, page by page (consistent even while the platform writes)."""
+    source = sqlite3.connect(str(source_path))
+    target = sqlite3.connect(str(target_path))
     try:
         with target:
             source.backup(target)
     finally:
         target.close()
         source.close()
-    path.chmod(0o600)
+    target_path.chmod(0o600)
+
+
+def sqlite_backup(path: Path) -> None:
+    _copy_sqlite(Path(str(_database()["NAME"])), path)
 
 
 def sqlite_restore(path: Path) -> None:
     destination = Path(str(_database()["NAME"]))
     if destination.exists() and destination.stat().st_size > 0:
         raise SystemExit(f"restore: {destination} exists; restore into a fresh database")
-    source = sqlite3.connect(str(path))
-    target = sqlite3.connect(str(destination))
-    try:
-        with target:
-            source.backup(target)
-    finally:
-        target.close()
-        source.close()
-    destination.chmod(0o600)
+    _copy_sqlite(path, destination)
 
 
 def _encrypted_values() -> list[tuple[str, str]]:
