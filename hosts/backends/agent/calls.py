@@ -38,6 +38,16 @@ class AgentBroken(BackendError):
     """The agent's stream broke (the agent died, the sandbox went away, the link failed)."""
 
 
+class AgentUnreached(AgentBroken):
+    """The agent's stream was broken before the request left this process (the agent already
+    dead, or its first byte refused): the agent never saw it, so it may be tried again on a
+    new agent, whatever it asks."""
+
+
+class NothingSent(OSError):
+    """A transport's sendall failed before any byte of the data went out."""
+
+
 class AgentStartFailed(AgentBroken):
     """The agent did not come up; `said` is its stderr, `early` the first bytes it wrote."""
 

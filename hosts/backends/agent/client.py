@@ -31,17 +31,19 @@ from hosts.backends.agent import calls, protocol
 from hosts.backends.agent.calls import (
     AgentBroken,
     AgentStartFailed,
+    AgentUnreached,
     Call,
     Collect,
     ExecCall,
     NotAFile,
+    NothingSent,
 )
 from hosts.backends.agent.ports import AgentPortStream, port_request
 from hosts.backends.agent.source import agent_source
 from hosts.backends.base import BackendError, ExecResult, FileEntry, OutputCallback, PortStream
 
 __all__ = ["AgentBroken", "AgentClient", "AgentStartFailed", "AgentUnavailable"]
-__all__ += ["ExecCall", "NotAFile", "Transport"]
+__all__ += ["AgentUnreached", "ExecCall", "NotAFile", "NothingSent", "Transport"]
 
 logger = logging.getLogger(__name__)
 
@@ -287,13 +289,20 @@ class AgentClient:
         return call
 
     def _open(self, body: dict[str, Any], make: Callable[[int], Any]) -> Any:
+        """Send a request; AgentUnreached if it never left (the agent is dead already, or its
+        stream refused the first byte): the caller may try it again on a new agent."""
         with self._lock:
             if self._dead is not None:
-                raise AgentBroken(str(self._dead))
+                raise AgentUnreached(str(self._dead))
             self._next_id = self._next_id % 0xFFFFFFFF + 1
             call = make(self._next_id)
             self._calls[call.rid] = call
-        self._send(protocol.control(call.rid, protocol.REQUEST, body))
+        try:
+            self._send(protocol.control(call.rid, protocol.REQUEST, body))
+        except AgentBroken as broken:
+            if isinstance(broken.__cause__, NothingSent):
+                raise AgentUnreached(str(broken)) from broken.__cause__
+            raise
         return call
 
     def _stream(self, call: Call, content: bytes | IO[bytes], deadline: float) -> None:

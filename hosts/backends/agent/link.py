@@ -15,7 +15,10 @@ agent. Everything else is here, once:
   MaxSessions does): past it the least recently used idle one is closed;
 - commands are never retried (they may have run); a command whose agent died under it is
   killed by its marker from the next agent; reads, listings and port opens are tried again
-  once on a new agent; writes and job starts never.
+  once on a new agent; writes and job starts never;
+- but any request that never left this process (AgentUnreached: the agent's stream was
+  found broken before the request's first byte went, as when a connection was cut a moment
+  before) is tried once on a new agent, whatever it asks: the agent never saw it.
 """
 
 from __future__ import annotations
@@ -30,7 +33,13 @@ from typing import IO, Any, Protocol, TypeVar
 
 from typing_extensions import Unpack
 
-from hosts.backends.agent.client import AgentBroken, AgentClient, AgentUnavailable, ExecCall
+from hosts.backends.agent.client import (
+    AgentBroken,
+    AgentClient,
+    AgentUnavailable,
+    AgentUnreached,
+    ExecCall,
+)
 from hosts.backends.base import (
     BackendError,
     ExecResult,
@@ -234,21 +243,38 @@ class AgentLink:
         marker at `timeout`; the caller's own deadline (timeout + kill_after + grace) ends
         the wait if the agent cannot answer. live_limit, grace: as AgentClient.start_exec.
         """
+
+        def start(client: AgentClient) -> ExecCall:
+            return client.start_exec(
+                argv,
+                cwd=self.place.host_path(state, options["cwd"]),
+                env=self.place.environment(state, options["env"]),
+                timeout=options["timeout"],
+                output_cap=options["output_cap"],
+                on_output=options.get("on_output"),
+                stdin=options.get("stdin"),
+                live_limit=live_limit,
+                grace=grace,
+            )
+
+        result = self._reaching(lambda: self._exec_once(state, start))
+        if result.exit_code == _CANNOT_RUN:  # no cwd, say: is the whole sandbox gone?
+            self.place.after_missing(state)
+        return result
+
+    def _exec_once(
+        self, state: dict[str, Any], start: Callable[[AgentClient], ExecCall]
+    ) -> ExecResult:
         with self._use(state) as agent:
             call: ExecCall | None = None
             try:
-                call = agent.client.start_exec(
-                    argv,
-                    cwd=self.place.host_path(state, options["cwd"]),
-                    env=self.place.environment(state, options["env"]),
-                    timeout=options["timeout"],
-                    output_cap=options["output_cap"],
-                    on_output=options.get("on_output"),
-                    stdin=options.get("stdin"),
-                    live_limit=live_limit,
-                    grace=grace,
-                )
+                call = start(agent.client)
                 result = call.wait()
+            except AgentUnreached:
+                if call is None:  # the request never left: _reaching tries a new agent
+                    raise
+                self.place.after_broken(state, agent.started.context)
+                raise
             except AgentBroken:
                 self.place.after_broken(state, agent.started.context)
                 if call is not None and not agent.client.closed:
@@ -256,9 +282,17 @@ class AgentLink:
                 raise
             if not agent.client.alive and call is not None:  # cut by the deadline, dropped
                 self._kill_orphan(state, call.marker)
-        if result.exit_code == _CANNOT_RUN:  # no cwd, say: is the whole sandbox gone?
-            self.place.after_missing(state)
         return result
+
+    @staticmethod
+    def _reaching(attempt: Callable[[], T]) -> T:
+        """attempt(), once more if its request never reached the agent (AgentUnreached): the
+        second time on a new agent, as the dead one is no longer taken."""
+        try:
+            return attempt()
+        except AgentUnreached:
+            logger.info("a request found its sandbox agent gone before it left; tried again")
+            return attempt()
 
     def _kill_orphan(self, state: dict[str, Any], marker: str) -> None:
         """The command's agent died under it: a new agent kills what carries its marker
@@ -320,15 +354,20 @@ class AgentLink:
         """operation(the sandbox's agent), once: for what must not run twice (a write, a job
         start). A broken stream raises AgentBroken, or what the kind finds it means."""
         try:
-            with self._use(state) as agent:
-                try:
-                    return operation(agent.client)
-                except AgentBroken:
-                    self.place.after_broken(state, agent.started.context)
-                    raise
+            return self._reaching(lambda: self._call_once(state, operation))
         except FileNotFoundError:  # the path, or the whole sandbox?
             self.place.after_missing(state)
             raise
+
+    def _call_once(self, state: dict[str, Any], operation: Callable[[AgentClient], T]) -> T:
+        with self._use(state) as agent:
+            try:
+                return operation(agent.client)
+            except AgentUnreached:
+                raise  # never reached it: _reaching tries a new agent
+            except AgentBroken:
+                self.place.after_broken(state, agent.started.context)
+                raise
 
     def idempotent(self, state: dict[str, Any], operation: Callable[[AgentClient], T]) -> T:
         """operation(the sandbox's agent), tried again once on a new agent if the stream
@@ -337,10 +376,11 @@ class AgentLink:
             with self._use(state) as agent:
                 try:
                     return operation(agent.client)
+                except AgentUnreached:
+                    pass  # never reached it: the same as below, without asking the place
                 except AgentBroken:
                     self.place.after_broken(state, agent.started.context)
-            with self._use(state) as agent:
-                return operation(agent.client)
+            return self._reaching(lambda: self._call_once(state, operation))
         except FileNotFoundError:  # the path, or the whole sandbox?
             self.place.after_missing(state)
             raise

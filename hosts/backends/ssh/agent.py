@@ -22,13 +22,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import paramiko
-
 from hosts.backends.agent.client import AgentClient, AgentStartFailed, AgentUnavailable
 from hosts.backends.agent.link import AgentLink, Started
 from hosts.backends.agent.protocol import BOOTSTRAP
 from hosts.backends.base import BackendError, SandboxGone
 from hosts.backends.ssh import layout, provision
+from hosts.backends.ssh.channels import start_on_live_connection
 from hosts.backends.ssh.connection import SshConnection
 from hosts.backends.ssh.errors import SshConnectionLost, SshError
 from hosts.backends.ssh.transport import ChannelTransport
@@ -65,7 +64,14 @@ class SshAgentPlace:
         return str(state["dir"])
 
     def start(self, state: dict[str, Any]) -> Started:
-        connection = self.connect()
+        """A running agent; started once more, on a new connection, if the first start met a
+        connection that had just died (a start may happen twice: see channels.py)."""
+        try:
+            return self._start_once(state)
+        except SshConnectionLost:
+            return self._start_once(state)
+
+    def _start_once(self, state: dict[str, Any]) -> Started:
         try:
             # No cwd: the agent never needs one (every command names its own), and a `cd`
             # first would cost a shell.
@@ -76,14 +82,9 @@ class SshAgentPlace:
             command = layout.as_sandbox(state, argv)
         except layout.LayoutError as exc:
             raise BackendError(f"cannot start the sandbox agent: {exc}") from exc
-        channel = connection.open_channel()
-        try:
-            channel.exec_command(command)
-        except (paramiko.SSHException, EOFError, OSError) as exc:
-            channel.close()
-            raise lost(connection, "starting the sandbox agent") or SshError(
-                f"starting the sandbox agent on {connection.target.where} failed: {exc}"
-            ) from exc
+        connection, channel = start_on_live_connection(
+            self.connect, command, "starting the sandbox agent"
+        )
         transport = ChannelTransport(channel)
         options = {} if self.start_timeout is None else {"start_timeout": self.start_timeout}
         try:

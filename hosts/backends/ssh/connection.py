@@ -98,6 +98,9 @@ class SshConnection:
         self.connect_timeout = connect_timeout
         self.max_sessions = max_sessions
         self._closed = False
+        # Set once an operation met the connection's end (EOF) before paramiko's own thread
+        # marked it inactive: the pool must not hand it out again in that moment.
+        self._broken = False
         # run() calls beyond this wait here rather than be refused by sshd and retry. Below
         # sshd's default of 10 because sshd frees a finished session a moment after its
         # CLOSE: at 10, 10 busy threads met 313 refusals per 1000 commands; at 8, 59.
@@ -118,7 +121,12 @@ class SshConnection:
 
     def is_alive(self) -> bool:
         """Whether the connection is believed open (no round trip: see `ping`)."""
-        return not self._closed and self._transport.is_active()
+        return not self._closed and not self._broken and self._transport.is_active()
+
+    def mark_broken(self) -> None:
+        """What a caller saw says the connection ended (an EOF on it): from now on it is not
+        alive, even before paramiko's thread notices (the pool then makes a new one)."""
+        self._broken = True
 
     def ping(self, timeout: float | None = None) -> None:
         """A real round trip (a session channel opened and closed): raises if it fails."""
@@ -239,10 +247,11 @@ class SshConnection:
     def _check_open(self) -> None:
         if self._closed:
             raise SshConnectionLost(f"the connection to {self.target.where} was closed")
-        if not self._transport.is_active():
+        if self._broken or not self._transport.is_active():
             raise self._lost("")
 
     def _lost(self, when: str) -> SshConnectionLost:
+        self._broken = True
         reason = self._transport.get_exception()
         detail = f": {reason}" if reason and str(reason) else ""
         when = f" {when}" if when else ""

@@ -30,8 +30,9 @@ from hosts.backends.agent.client import AgentUnavailable
 from hosts.backends.agent.link import AgentLink
 from hosts.backends.base import BackendError, HeadTailBuffer
 from hosts.backends.ssh import layout
+from hosts.backends.ssh.channels import start_on_live_connection
 from hosts.backends.ssh.connection import SshConnection
-from hosts.backends.ssh.errors import SshConnectionLost, SshError
+from hosts.backends.ssh.errors import SshConnectionLost
 from hosts.backends.ssh.plain import feed
 from hosts.backends.ssh.transport import exit_status, read_ready
 
@@ -160,15 +161,9 @@ class SshTars:
             raise
 
     def _open(self, command: str) -> tuple[SshConnection, paramiko.Channel]:
-        connection = self.connect()
-        channel = connection.open_channel()
-        try:
-            channel.exec_command(command)
-        except (paramiko.SSHException, EOFError, OSError) as exc:
-            channel.close()
-            _check_link(connection)
-            raise SshError(f"starting a transfer on {connection.target.where}: {exc}") from exc
-        return connection, channel
+        # Nothing of the transfer has gone yet: a start that met a dead connection is made
+        # again on a new one.
+        return start_on_live_connection(self.connect, command, "starting a file transfer")
 
 
 class _ChannelTar:

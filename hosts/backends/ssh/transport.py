@@ -18,6 +18,8 @@ import time
 
 import paramiko
 
+from hosts.backends.agent.calls import NothingSent
+
 __all__ = ["ChannelTransport", "exit_status", "read_ready"]
 
 READ_SIZE = 64 * 1024
@@ -55,12 +57,17 @@ class ChannelTransport:
             del self._stderr[:-STDERR_KEEP]
 
     def sendall(self, data: bytes) -> None:
+        """Send all of data; NothingSent if the channel failed before its first byte went (a
+        channel already closed: the agent never saw any of it), else OSError."""
         if self._closed:
-            raise OSError("the agent's channel is closed")
+            raise NothingSent("the agent's channel is closed")
+        sent = 0
         try:
-            self.channel.sendall(data)
-        except (EOFError, paramiko.SSHException) as exc:  # the client expects OSError
-            raise OSError(f"the agent's channel broke: {exc or 'closed'}") from exc
+            while sent < len(data):
+                sent += self.channel.send(data[sent:] if sent else data)
+        except (EOFError, OSError, paramiko.SSHException) as exc:  # the client expects OSError
+            failure = NothingSent if sent == 0 else OSError
+            raise failure(f"the agent's channel broke: {exc or 'closed'}") from exc
 
     def close(self) -> None:
         """Close the channel: sshd closes the agent's stdin (it stops its commands and exits)
