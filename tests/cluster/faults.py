@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.cluster.layout import Layout
+from tests.ssh.sshd import descendants
 
 WEB_DOWN_SECONDS = 5.0  # a supervisor's restart delay
 WORKER_DOWN_SECONDS = 3.0
@@ -71,15 +72,39 @@ def sshd_sessions(sshd_pid: int) -> list[int]:
     return found
 
 
+def serving_processes(sshd_pid: int, *, whole: bool = True) -> list[int]:
+    """The sshd processes serving connections: each session's privileged monitor (the
+    listener's child) and, if `whole`, the unprivileged sshd below it that holds the socket.
+    Killing only the monitors leaves each connection half alive: the socket stays open until
+    the next request that needs the monitor (a new command), which then ends it."""
+    monitors = sshd_sessions(sshd_pid)
+    if not whole:
+        return monitors
+    below = [pid for monitor in monitors for pid in descendants(monitor) if _is_sshd(pid)]
+    return monitors + below
+
+
+def _is_sshd(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() == "sshd"
+    except OSError:
+        return False
+
+
+def kill_serving(sshd_pid: int, *, whole: bool = True) -> None:
+    """SIGKILL the processes serving the sshd's connections (serving_processes): with
+    `whole`, as a cut of the network, the platform's connections end at once."""
+    for pid in serving_processes(sshd_pid, whole=whole):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def cut_ssh(layout: Layout, fault: Fault) -> Callable[[], None]:
     def action() -> None:
         process = layout.sshd.process
         assert process is not None, "the test sshd is not running"
-        sessions = sshd_sessions(process.pid)
-        for pid in sessions:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        fault.notes["connections_cut"] = len(sessions)
+        fault.notes["connections_cut"] = len(sshd_sessions(process.pid))
+        kill_serving(process.pid)
 
     return action
 
