@@ -45,6 +45,16 @@ sweep_session() {
         found=1; [ -z "$sig" ] || kill "-$sig" "$p" 2>/dev/null
     done
 }
+term_groups() {  # SIGTERM to each process group of the session at once (see _CANCEL)
+    groups=
+    for d in /proc/[0-9]*; do
+        { read -r line < "$d/stat"; } 2>/dev/null || continue
+        set -f; set -- ${line##*) }; set +f
+        [ "$1" != Z ] && [ "$4" = "$sid" ] || continue
+        case " $groups " in *" $3 "*) continue ;; esac
+        groups="$groups $3"; kill -s TERM -- "-$3" 2>/dev/null
+    done
+}
 sweep_marked() {
     found=
     for f in $(grep -lzxF "SANDHUB_JOB_ID=$job" /proc/[0-9]*/environ 2>/dev/null); do
@@ -191,8 +201,15 @@ if [ "$keep" -gt 0 ] && TOOLS mkfifo "$dir/out" 2>/dev/null && exec 9<>"$dir/out
 fi
 oom_count; oom0=$oom
 if cd "$cwd"; then
-    if [ "$limit" = 0 ]; then "$@"; else timeout -k "$KILL_AFTER" "$limit" "$@"; fi
+    # The command's stderr is the log; this shell's own is /dev/null while it waits, or it
+    # would add "Terminated" to the log of a cancelled job (racing the cancel's kill of the
+    # keeper: sometimes there, sometimes not). The log goes to the command in a subshell that
+    # execs it: a redirection on the command itself would be the waiting shell's stderr too.
+    exec 8>&2 2>/dev/null
+    if [ "$limit" = 0 ]; then (exec 2>&8 8>&-; exec "$@")
+    else (exec 2>&8 8>&-; exec timeout -k "$KILL_AFTER" "$limit" "$@"); fi
     rc=$?
+    exec 2>&8 8>&-
 else
     rc=126
 fi
@@ -297,6 +314,9 @@ _CANCEL = r"""
 dir=$1 job=$2 sid=$3 mode=$4 me=$$ cap=
 [ -d "$dir" ] && [ ! -e "$dir/exit" ] && : > "$dir/cancelled"
 if [ "$mode" = term ]; then
+    # Each group at once first: a shell of the job then dies with the command it waits for,
+    # instead of seeing it killed (sweeps go in /proc order) and writing "Terminated".
+    term_groups
     sig=TERM; sweep_session; sweep_marked
     sig= i=0
     while [ $i -lt $((KILL_AFTER * 50)) ]; do
