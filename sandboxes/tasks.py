@@ -15,7 +15,7 @@ from django_q.tasks import async_task
 
 from sandboxes import services
 from sandboxes.housekeeping import leases
-from sandboxes.models import CommandExecution, CommandStatus
+from sandboxes.models import CommandExecution, CommandStatus, LeaseEnd
 from tenants.principal import Principal
 
 logger = logging.getLogger(__name__)
@@ -83,7 +83,10 @@ def supervise_background(command_id: int, token: str | None = None) -> str:
       sandhub.recover_background (created on migrate, sandboxes/housekeeping/schedules.py), for
       supervisors lost any other way (a failed task, a worker on another machine). A command
       with no lease yet waits QUEUED_LEASE_SECONDS for the supervisor start_background queued
-      (as does one whose queued supervisor waits for a busy worker) before it is recovered.
+      (as does one whose queued supervisor waits for a busy worker) before it is recovered,
+      unless the platform process that started it died (its liveness lease expired: it may
+      have died before queuing that supervisor): then at once, and whoever ends that lease
+      (housekeeping/liveness.py) queues recover_background.
     - Two supervisors never run one command at once: taking the lease is a row-locked
       compare-and-set, and a supervisor that finds another's live lease returns.
 
@@ -119,11 +122,12 @@ def recover_background() -> dict[str, Any]:
     """Queue a supervisor for every running background command that has none (see above)."""
     running = CommandExecution.objects.filter(background=True, status=CommandStatus.RUNNING)
     requeued = []
-    for pk, started_at in running.values_list("pk", "started_at"):
+    for pk, started_at, starter_end in running.values_list("pk", "started_at", "lease__end"):
         token = uuid.uuid4().hex
-        if leases.take(
-            pk, leases.queued(token), functools.partial(leases.orphaned, started_at=started_at)
-        ):
+        free = functools.partial(
+            leases.orphaned, started_at=started_at, starter_died=starter_end == LeaseEnd.EXPIRED
+        )
+        if leases.take(pk, leases.queued(token), free):
             async_task(SUPERVISE, pk, token, task_name=f"supervise-background-{pk}")
             requeued.append(pk)
     if requeued:

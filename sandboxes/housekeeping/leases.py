@@ -89,11 +89,16 @@ def free_for(lease: dict[str, Any] | None, token: str) -> bool:
     return ours(lease, token) or orphaned(lease, None)
 
 
-def orphaned(lease: dict[str, Any] | None, started_at: datetime | None) -> bool:
-    """Nobody supervises: the lease ran out, or its holder's process is gone."""
+def orphaned(
+    lease: dict[str, Any] | None, started_at: datetime | None, *, starter_died: bool = False
+) -> bool:
+    """Nobody supervises: the lease ran out, or its holder's process is gone. starter_died:
+    the platform process that started the command died (its liveness lease expired), so no
+    first supervisor is coming from it."""
     if not lease:
-        # Its first supervisor is queued by start_background: give that one its chance.
-        if started_at is None:
+        # Its first supervisor is queued by start_background: give that one its chance,
+        # unless the process that would have queued it is dead.
+        if started_at is None or starter_died:
             return True
         return (timezone.now() - started_at).total_seconds() > QUEUED_LEASE_SECONDS
     if float(lease.get("until") or 0) < time.time():

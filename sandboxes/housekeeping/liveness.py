@@ -106,7 +106,29 @@ def close_expired() -> int:
             logger.warning("platform process %s stopped renewing its lease", lease.holder)
             if lease.kind == ProcessKind.WORKER and lease.task_id:
                 hand_back(lease.task_id, lease.task_name)
+            if unsupervised_jobs_of(lease.pk):
+                queue_recovery()
     return close_rows_of_dead()
+
+
+def unsupervised_jobs_of(lease_id: int) -> bool:
+    """Whether the dead process left started background commands with no supervisor yet (it
+    died between the row's RUNNING and queuing their first supervisor)."""
+    rows = CommandExecution.objects.filter(
+        lease_id=lease_id, background=True, status=CommandStatus.RUNNING
+    ).values_list("background_state", flat=True)
+    return any(not (state or {}).get("supervisor") for state in rows)
+
+
+def queue_recovery() -> None:
+    """Queue recover_background now (it also runs every minute): it takes the dead process's
+    unsupervised commands at once (housekeeping/leases.py: orphaned)."""
+    from django_q.tasks import async_task
+
+    try:
+        async_task("sandboxes.tasks.recover_background", task_name="recover-background")
+    except Exception:  # the schedule's next run recovers them
+        logger.exception("could not queue recover_background")
 
 
 def in_flight() -> Q:

@@ -3,7 +3,6 @@ and the figures of the run. Not a test module."""
 
 from __future__ import annotations
 
-import re
 import statistics
 import subprocess
 import time
@@ -56,27 +55,11 @@ def missing_rows(result: RunResult) -> list[str]:
 def check_history_final(result: RunResult, seconds_after_load: float = 30.0) -> None:
     missing = missing_rows(result)
     assert not missing, f"accepted commands with no history row: {missing[:20]}"
-    left = [
-        row
-        for row in wait_history_final(result, result.ended + seconds_after_load)
-        if not _job_started_by_killed_web(row)
-    ]
+    left = wait_history_final(result, result.ended + seconds_after_load)
     assert not left, (
         f"{len(left)} command(s) still queued/running {seconds_after_load:g} s after the "
         f"load: {left[:20]}"
     )
-
-
-# A background job the killed web process had started (its row `running`) but whose first
-# supervisor it died before queuing is taken up by the workers' recover_background, which gives
-# a start QUEUED_LEASE_SECONDS (120 s) to queue its own supervisor first: minutes, not seconds
-# (left for later: the dead process's ended lease could tell recover_background at once). Its
-# caller got no answer. Every other row is held to the deadline.
-KILLED_WEB_JOB = re.compile(r"running '.*c\d+w1n\d+b")
-
-
-def _job_started_by_killed_web(row: str) -> bool:
-    return bool(KILLED_WEB_JOB.search(row))
 
 
 def check_killed_web_rows_closed(result: RunResult, seconds: float) -> None:

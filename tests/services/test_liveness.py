@@ -240,3 +240,28 @@ def test_a_paused_process_does_not_bring_a_closed_background_row_back_to_running
     assert row.status == "error" and "before it started" in row.error_message
     (record,) = next(iter(fake_backend.sandboxes.values()))["jobs"].values()
     assert record["cancelled_after"] is not None  # the job in the sandbox went too
+
+
+def test_a_started_job_whose_starter_died_before_queuing_its_supervisor_is_taken_at_once(
+    fake_sandbox, heartbeat
+):
+    """Fails on the old code: the row of a web process killed between the job's start (row
+    running) and queuing its first supervisor was taken only QUEUED_LEASE_SECONDS (120 s)
+    after its start, so the job's end went unrecorded for minutes (seen in the scale-out
+    test)."""
+    from sandboxes import tasks
+
+    dead = liveness.take(ProcessKind.WEB)
+    orphan = running_row(fake_sandbox, dead, background=True, background_state={"job": {}})
+    starting = running_row(  # a live process's start: its own supervisor is coming
+        fake_sandbox, heartbeat.lease_id, background=True, background_state={"job": {}}
+    )
+    expire(dead)
+
+    heartbeat.beat()  # any live process's heartbeat ends the lease and queues the recovery
+
+    assert [q.func() for q in OrmQ.objects.all()] == ["sandboxes.tasks.recover_background"]
+    assert tasks.recover_background()["requeued"] == [orphan.pk]
+    supervisor = CommandExecution.objects.get(pk=orphan.pk).background_state["supervisor"]
+    assert supervisor["token"] and "pid" not in supervisor  # queued, not yet held
+    assert "supervisor" not in CommandExecution.objects.get(pk=starting.pk).background_state
