@@ -85,15 +85,18 @@ def _elapsed(execution: CommandExecution) -> float:
 
 
 def record_from_status(execution: CommandExecution, sandbox: Sandbox, status: JobStatus) -> None:
-    """Record the end the sandbox reports, with the log's tail up to the output cap."""
+    """Record the end the sandbox reports, with the log's tail up to the output cap.
+
+    BackendError, and nothing recorded, if the log cannot be read now (its host restarting,
+    a connection cut): the end and the log stay in the sandbox, and the next look (the
+    supervisor's next tick, a check) records both. Recording the end without its output
+    would lose the output for good: a finished row is never written again.
+    """
     status_name, message = _background_outcome(execution, status)
     final = status
     cap = settings.SANDHUB_OUTPUT_CAP_BYTES
     if len(status.output) < min(cap, status.output_bytes):
-        try:
-            final = backend_of(sandbox).poll_background(sandbox.backend_state, _job(execution), cap)
-        except BackendError:
-            final = status  # keep what we have rather than lose the end
+        final = poll(execution, sandbox, cap)  # a vanished sandbox ends the row there
     record_background_end(
         execution,
         status_name,

@@ -141,10 +141,29 @@ def check_jobs_ended(result: RunResult) -> None:
             if job.status == "running":
                 offenders.append(f"job {job.task_id} of client {state.index} still running")
             elif job.status == "succeeded" and job.tag not in job.output:
-                offenders.append(f"job {job.task_id} succeeded without its output")
+                offenders.append(
+                    f"job {job.task_id} in {job.sandbox_id} succeeded without its output: "
+                    f"{job.output[-300:]!r}; its row: {job_row(job.task_id)}"
+                )
             elif job.status != "succeeded" and not job.error.strip():
                 offenders.append(f"job {job.task_id} ended {job.status} with no error message")
     assert not offenders, offenders[:20]
+
+
+def job_row(command_id: int) -> str:
+    row = (
+        CommandExecution.objects.filter(pk=command_id)
+        .values(
+            "status",
+            "exit_code",
+            "stdout",
+            "error_message",
+            "background_state",
+            "sandbox__host__name",
+        )
+        .first()
+    )
+    return repr(row)
 
 
 def check_placement(result: RunResult, placed: dict[str, str], layout: Layout) -> None:

@@ -229,3 +229,36 @@ def test_supervisor_continues_in_slices(fake_sandbox, as_alice, fast_supervisor,
     lease = CommandExecution.objects.get(pk=result.id).background_state["supervisor"]
     assert lease["token"] == "tok" and "pid" not in lease  # queued, for the continuation
     assert tasks.recover_background() == {"requeued": []}
+
+
+def test_an_end_whose_output_cannot_be_read_yet_is_recorded_at_the_next_look(
+    fake_sandbox, as_alice, fake_backend, monkeypatch
+):
+    """Fails on the old code: the supervisor saw the end (a look without the log's tail),
+    the read of the output then failed (its host restarting, say) and the row was recorded
+    succeeded with no output, for good (seen in the scale-out test)."""
+    from django.conf import settings
+
+    from hosts.backends.base import BackendError
+    from tenants.principal import Principal
+
+    result = services.start_background(as_alice, fake_sandbox, "sleep 0.1; echo done")
+    time.sleep(0.15)
+    original = fake_backend.poll_background
+    looks: list[int] = []
+
+    def output_unreadable(self, state, job, tail_bytes):
+        looks.append(tail_bytes)
+        if tail_bytes:
+            raise BackendError("the docker engine of host local stopped answering")
+        return original(self, state, job, tail_bytes)
+
+    monkeypatch.setattr(fake_backend, "poll_background", output_unreadable)
+    assert services.background_tick(Principal.system(), result.id) is False
+    assert looks == [0, settings.SANDHUB_OUTPUT_CAP_BYTES]
+    assert CommandExecution.objects.get(pk=result.id).status == "running"  # nothing lost
+
+    monkeypatch.setattr(fake_backend, "poll_background", original)
+    assert services.background_tick(Principal.system(), result.id) is True
+    row = CommandExecution.objects.get(pk=result.id)
+    assert (row.status, row.exit_code, row.stdout) == ("succeeded", 0, "done\n")
