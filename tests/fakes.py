@@ -148,7 +148,18 @@ class FakeBackend(FakeTerminals, FakeUsage, FakeFileOps, FakeSnapshots, SandboxB
         return box
 
     def exec(
-        self, state, argv, *, cwd, env, timeout, output_cap, on_output=None, stdin=None, once=False
+        self,
+        state,
+        argv,
+        *,
+        cwd,
+        env,
+        timeout,
+        output_cap,
+        on_output=None,
+        stdin=None,
+        once=False,
+        marker=None,
     ):
         box = self._running_box(state)
         started = time.monotonic()
@@ -278,6 +289,9 @@ class FakeBackend(FakeTerminals, FakeUsage, FakeFileOps, FakeSnapshots, SandboxB
             cancelled=record["cancelled_after"] is not None,
             elapsed_seconds=None if running else end,
         )
+
+    def kill_command(self, state, marker) -> None:
+        self._running_box(state)  # its commands end at once: nothing is ever left to kill
 
     def cancel_background(self, state, job) -> None:
         record = self._running_box(state).get("jobs", {}).get(job["job_id"])

@@ -119,6 +119,14 @@ class AgentFirstBackend(AgentUsage, AgentInteractive, SandboxBackend):
             )
         return self.plain.exec(state, argv, **options)
 
+    def kill_command(self, state: dict[str, Any], marker: str) -> None:
+        # Both paths mark a command's processes the same way (MARKER_ENV): either one finds
+        # a command the other started.
+        self._either(
+            lambda: self.agents.kill_command(state, marker),
+            lambda: self.plain.kill_marked(state, marker),
+        )
+
     def start_background(
         self, state: dict[str, Any], argv: list[str], **options: Unpack[JobOptions]
     ) -> dict[str, Any]:

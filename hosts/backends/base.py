@@ -152,11 +152,19 @@ class SandboxBackend(InteractiveMethods, abc.ABC):
         on_output: OutputCallback | None = None,
         stdin: bytes | None = None,
         once: bool = False,
+        marker: str | None = None,
     ) -> ExecResult:
         """Run argv; kill it inside the sandbox after `timeout` seconds (timed_out=True).
 
         once: the sandbox runs only this command before it goes (run_once), so a backend may
-        skip set-up that pays off only over many commands (Docker: starting the agent)."""
+        skip set-up that pays off only over many commands (Docker: starting the agent).
+        marker: the name its processes carry (letters and digits, unique), so kill_command can end
+        it from any process while it runs; a backend picks one when not given."""
+
+    def kill_command(self, state: dict[str, Any], marker: str) -> None:
+        """SIGKILL every process of the command started with `marker` (exec), if it still
+        runs. Its exec then returns as killed."""
+        raise Unsupported(f"{self.kind} backend cannot kill a running command")
 
     # Background jobs run detached on the host (own session, output to a log file there, exit
     # code written to a file when they end), so they outlive the caller, the web process and

@@ -18,6 +18,7 @@ class CommandOptions(TypedDict, total=False):
     output_cap: Required[int]
     on_output: OutputCallback | None
     stdin: bytes | None
+    marker: str | None
 
 
 class JobOptions(TypedDict, total=False):

@@ -33,6 +33,7 @@ from sandboxes.services.background import (
     check_background,
     start_background,
 )
+from sandboxes.services.command_kill import kill_command
 from sandboxes.services.commands import (
     get_command,
     install_packages,
@@ -142,6 +143,7 @@ from sandboxes.services.usage import get_host_metrics, get_sandbox_metrics, samp
 from sandboxes.services.workflows import run_once, run_tests
 
 __all__ = [
+    "kill_command",
     "DatabasePolicySource",
     "add_secret",
     "delete_secret",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -37,12 +38,15 @@ def run_command(
     once: bool = False,
     session: str | None = None,
     stdin: str | None = None,
+    on_start: Callable[[int], None] | None = None,
 ) -> CommandResult:
     """Run a shell command (bash -c) and wait for it; a timeout kills it in the sandbox.
 
     once: the sandbox goes right after this command (run_once; see SandboxBackend.exec).
     session: run it in the long-lived shell of that name (shells.py; cwd is the session's
-    own then). stdin: text given to its standard input (at most shells.MAX_STDIN_BYTES)."""
+    own then). stdin: text given to its standard input (at most shells.MAX_STDIN_BYTES).
+    on_start: called with the command's history id once it is recorded and about to run (a
+    caller that must name the command while it runs: kill_command takes that id)."""
     command = validation.command(command)
     if session is not None:
         session = shells.session_name(session)
@@ -61,6 +65,7 @@ def run_command(
         once=once,
         session=session,
         stdin=shells.stdin_bytes(stdin),
+        on_start=on_start,
     )
 
 
@@ -143,6 +148,7 @@ def _execute(
     explain: Callable[[ExecResult], ExecResult] | None = None,
     session: str | None = None,
     stdin: bytes | None = None,
+    on_start: Callable[[int], None] | None = None,
 ) -> CommandResult:
     """explain: adds what the result alone does not say (pip's network errors)."""
     current().target("sandbox", sandbox_id)
@@ -155,6 +161,7 @@ def _execute(
     mask = masking.masker(sandbox.team_id)
     recorded = mask.text(display)  # what is run stays as given
     live = masking.masked_output(on_output, mask)
+    marker = uuid.uuid4().hex
 
     execution = CommandExecution.objects.create(
         sandbox=sandbox,
@@ -168,9 +175,13 @@ def _execute(
         status=CommandStatus.RUNNING,
         started_at=timezone.now(),
         lease_id=liveness.current_lease_id(),  # closed at once if this process dies
+        # Its processes' name in the sandbox, so that kill_command ends it from anywhere.
+        background_state={"marker": marker} if session is None else {},
     )
     current().details.update({"command_id": execution.pk, "command": recorded[:500]})
     refuse_if_paused_meanwhile(execution, sandbox)
+    if on_start is not None:
+        on_start(execution.pk)
     started = time.monotonic()
     try:
         if session is not None:
@@ -196,6 +207,7 @@ def _execute(
                 on_output=live,
                 stdin=stdin,
                 once=once,
+                marker=marker,
             )
     except BackendError as exc:
         fail_execution(execution, sandbox, exc, time.monotonic() - started)

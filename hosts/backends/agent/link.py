@@ -255,6 +255,7 @@ class AgentLink:
                 stdin=options.get("stdin"),
                 live_limit=live_limit,
                 grace=grace,
+                marker=options.get("marker"),
             )
 
         result = self._reaching(lambda: self._exec_once(state, start))
@@ -293,6 +294,11 @@ class AgentLink:
         except AgentUnreached:
             logger.info("a request found its sandbox agent gone before it left; tried again")
             return attempt()
+
+    def kill_command(self, state: dict[str, Any], marker: str) -> bool:
+        """SIGKILL what carries the exec marker (a running command of this or another
+        process); whether the sweep ran to its end."""
+        return self.idempotent(state, lambda client: client.kill_marked(marker, timeout=30))
 
     def _kill_orphan(self, state: dict[str, Any], marker: str) -> None:
         """The command's agent died under it: a new agent kills what carries its marker

@@ -92,7 +92,7 @@ class PlainCommands:
                 f"stdin of {len(stdin)} bytes is over this host's {limit}-byte limit for "
                 "commands without the sandbox agent; upload a file and redirect from it instead"
             )
-        marker = uuid.uuid4().hex
+        marker = options.get("marker") or uuid.uuid4().hex
         wrapped = ["sh", "-c", WRAPPER, "sandhub-exec", self.place.host_path(state, options["cwd"])]
         wrapped += [f"{timeout:.3f}", f"{KILL_AFTER:g}", *argv]
         out, err = HeadTailBuffer(output_cap), HeadTailBuffer(output_cap)
