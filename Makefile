@@ -20,7 +20,7 @@ SYSTEM_PACKAGES := docker.io debootstrap openssh-server sudo postgresql iptables
 LOCK_TOOLS := var/pip-tools
 LOCK_COMPILER ?= $(LOCK_TOOLS)/bin/pip-compile
 
-.PHONY: install system-packages image migrate bootstrap run test test-fast lint lock
+.PHONY: install system-packages image migrate bootstrap run test test-fast lint lock proto
 
 install: system-packages $(STAMP)
 
@@ -94,6 +94,12 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	$(BIN)/mypy
+
+# The E2B protocol's modules from our .proto files (e2b_compat/proto/); committed, and
+# tests/e2b/test_protocol.py checks they are what this makes.
+PROTOS := e2b_compat/proto/process.proto e2b_compat/proto/filesystem.proto
+proto: install
+	$(BIN)/python -m e2b_compat.proto.generate $(PROTOS)
 
 lock:
 	@test -x $(LOCK_COMPILER) || { $(PYTHON) -m venv $(LOCK_TOOLS) && $(LOCK_TOOLS)/bin/pip install -q pip-tools; }

@@ -5,6 +5,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("sandboxes.api.urls")),
+    path("e2b/", include("e2b_compat.urls")),  # E2B's SDKs: E2B_API_URL=<site>/e2b
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # Swagger UI from drf-spectacular-sidecar's static files (SWAGGER_UI_DIST = SIDECAR): no CDN.
     # The split view serves its init script at ?script rather than inline, which the

@@ -268,6 +268,21 @@ def clean_address(address: str | None) -> str | None:
         return None
 
 
+def live_key(key_id: int) -> ApiKey | None:
+    """The key with this id if it may be used now (not revoked or expired, its user active
+    and still in its team): for a credential minted from a key and checked on every use (the
+    E2B endpoints' envd access tokens). Read as authenticate reads, in one query."""
+    key = (
+        ApiKey.objects.select_related("user", "team")
+        .annotate(member_role=_member_role())
+        .filter(pk=key_id)
+        .first()
+    )
+    if key is None or refusal_reason(key) is not None:
+        return None
+    return key
+
+
 def principal_for(key: ApiKey, channel: str, address: str | None = None) -> Principal:
     """Who acts with this key: its user in its team, limited to its scopes."""
     return Principal(

@@ -53,6 +53,7 @@ class Channel(models.TextChoices):
     WEB = "web", "Web"
     API = "api", "REST API"
     MCP = "mcp", "MCP"
+    E2B = "e2b", "E2B API"  # E2B's SDKs, through the E2B-compatible endpoints (e2b_compat/)
     ADMIN = "admin", "Admin"
     SYSTEM = "system", "System"
 

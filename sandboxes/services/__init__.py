@@ -70,7 +70,12 @@ from sandboxes.services.hosts import (
 )
 from sandboxes.services.hostsetup import LoginSecret, add_host, read_host_key
 from sandboxes.services.lifecycle import pause_sandbox, resume_sandbox, stop_sandbox
-from sandboxes.services.lifetime import extend_sandbox, extendable_minutes, latest_expiry
+from sandboxes.services.lifetime import (
+    extend_sandbox,
+    extendable_minutes,
+    latest_expiry,
+    set_sandbox_timeout,
+)
 from sandboxes.services.links import (
     FileLink,
     LinkedFile,
@@ -198,6 +203,7 @@ __all__ = [
     "delete_path",
     "download_files",
     "extend_sandbox",
+    "set_sandbox_timeout",
     "extendable_minutes",
     "get_active_sandbox",
     "get_command",

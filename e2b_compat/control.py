@@ -1,0 +1,165 @@
+"""E2B's control API (the `E2B_API_URL` of its SDKs) on Sandhub's services: create, list,
+get, kill, set timeout, pause, resume and connect. Thin views: read E2B's request, call one
+service as the key's user (channel "e2b": every call audited, every quota held), answer in
+E2B's shape (shapes.py). Another team's sandbox answers 404 as an id that never existed.
+
+What E2B has and these do not: metadata is accepted and not kept (lists answer {}), a
+timeout is kept to the minute at creation and to the second by set_timeout, autoPause and
+network rules other than on/off are refused or ignored as README's table says.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from e2b_compat import shapes
+from e2b_compat.auth import Caller, api_caller, envd_token
+from e2b_compat.errors import api_error, json_body, rest_error
+from sandboxes import services
+from sandboxes.contract.errors import InvalidInput, ServiceError
+from tenants.apikeys import clean_address
+
+__all__ = ["connect", "pause", "resume", "sandbox", "sandboxes", "timeout"]
+
+View = Callable[..., HttpResponse]
+DEFAULT_TIMEOUT_SECONDS = 300  # E2B's default lifetime of a new sandbox
+
+
+def e2b_view(*methods: str) -> Callable[[View], View]:
+    """The caller from X-API-Key, the method checked, refusals in E2B's Error shape."""
+
+    def wrap(view: View) -> View:
+        @csrf_exempt
+        def handle(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if request.method not in methods:
+                return api_error(405, f"{request.method} is not allowed here")
+            try:
+                caller = api_caller(
+                    request.headers.get("X-API-Key"), clean_address(request.META.get("REMOTE_ADDR"))
+                )
+                return view(request, caller, *args, **kwargs)
+            except (ServiceError, Exception) as exc:
+                answer = rest_error(exc)
+                if answer is None:
+                    raise
+                return answer
+
+        return handle
+
+    return wrap
+
+
+@e2b_view("GET", "POST")
+def sandboxes(request: HttpRequest, caller: Caller) -> HttpResponse:
+    """POST: create (E2B's NewSandbox); GET: the team's sandboxes (v1: running ones)."""
+    if request.method == "POST":
+        return _create(request, caller)
+    infos = services.list_sandboxes(caller.principal)
+    states = _states(request.GET.get("state"), default="running" if _v1(request) else "")
+    listed = [shapes.listed(i) for i in infos if i.status not in ("deleted", "deleting")]
+    listed = [row for row in listed if not states or row["state"] in states]
+    limit = request.GET.get("limit")
+    if limit is not None:
+        if not limit.isdigit() or int(limit) < 1:
+            raise InvalidInput("limit must be a positive integer")
+        listed = listed[: int(limit)]
+    return JsonResponse(listed, safe=False)
+
+
+def _v1(request: HttpRequest) -> bool:
+    return "/v2/" not in request.path
+
+
+def _states(text: str | None, default: str) -> set[str]:
+    wanted = {s.strip() for s in (text or default).split(",") if s.strip()}
+    unknown = wanted - {"running", "paused"}
+    if unknown:
+        raise InvalidInput(f"unknown state(s) {sorted(unknown)}: running or paused")
+    return wanted
+
+
+def _create(request: HttpRequest, caller: Caller) -> HttpResponse:
+    body = json_body(request.body)
+    seconds = _seconds(body.get("timeout", DEFAULT_TIMEOUT_SECONDS))
+    env = body.get("envVars") or {}
+    if not isinstance(env, dict):
+        raise InvalidInput("envVars must be an object of strings")
+    if body.get("autoPause"):
+        raise InvalidInput(
+            "autoPause is not supported: a Sandhub sandbox is deleted at its timeout, or "
+            "paused or stopped as its team's idle policy says"
+        )
+    network = body.get("allow_internet_access")
+    info = services.create_sandbox(
+        caller.principal,
+        image=shapes.template_image(body.get("templateID")),
+        env={str(k): str(v) for k, v in env.items()},
+        lifetime_minutes=max(1, math.ceil(seconds / 60)),
+        network=None if network is None else bool(network),
+        request_id=request.headers.get("Idempotency-Key") or None,
+    )
+    token = envd_token(caller.key, info.id)
+    return JsonResponse(shapes.created(info, token, None), status=201)
+
+
+def _seconds(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInput("timeout must be a positive number of seconds")
+    return value
+
+
+@e2b_view("GET", "DELETE")
+def sandbox(request: HttpRequest, caller: Caller, sandbox_id: str) -> HttpResponse:
+    """GET: one sandbox (E2B's SandboxDetail); DELETE: kill it."""
+    if request.method == "DELETE":
+        services.delete_sandbox(caller.principal, sandbox_id)
+        return HttpResponse(status=204)
+    info = services.get_sandbox(caller.principal, sandbox_id)
+    return JsonResponse(shapes.detail(info, envd_token(caller.key, info.id), None))
+
+
+@e2b_view("POST")
+def timeout(request: HttpRequest, caller: Caller, sandbox_id: str) -> HttpResponse:
+    """Expire `timeout` seconds from now (E2B's set_timeout)."""
+    seconds = _seconds(json_body(request.body).get("timeout"))
+    services.set_sandbox_timeout(caller.principal, sandbox_id, seconds)
+    return HttpResponse(status=204)
+
+
+@e2b_view("POST")
+def pause(request: HttpRequest, caller: Caller, sandbox_id: str) -> HttpResponse:
+    change = services.pause_sandbox(caller.principal, sandbox_id)
+    if not change.changed and change.sandbox.status == "paused":
+        return api_error(409, f"sandbox {sandbox_id} is already paused")
+    return HttpResponse(status=204)
+
+
+@e2b_view("POST")
+def resume(request: HttpRequest, caller: Caller, sandbox_id: str) -> HttpResponse:
+    """Resume a paused sandbox (409 if it runs), then give it `timeout` seconds."""
+    return _back_up(request, caller, sandbox_id, refuse_running=True)
+
+
+@e2b_view("POST")
+def connect(request: HttpRequest, caller: Caller, sandbox_id: str) -> HttpResponse:
+    """A running sandbox as it is (200), a paused one resumed (201); `timeout` seconds."""
+    return _back_up(request, caller, sandbox_id, refuse_running=False)
+
+
+def _back_up(
+    request: HttpRequest, caller: Caller, sandbox_id: str, *, refuse_running: bool
+) -> HttpResponse:
+    body = json_body(request.body)
+    change = services.resume_sandbox(caller.principal, sandbox_id)
+    if refuse_running and not change.changed:
+        return api_error(409, f"sandbox {sandbox_id} is already running")
+    if "timeout" in body:
+        services.set_sandbox_timeout(caller.principal, sandbox_id, _seconds(body["timeout"]))
+    info = services.get_sandbox(caller.principal, sandbox_id)
+    token = envd_token(caller.key, info.id)
+    return JsonResponse(shapes.created(info, token, None), status=201 if change.changed else 200)

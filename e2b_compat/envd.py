@@ -1,0 +1,253 @@
+"""envd's Connect RPCs (the in-sandbox API E2B's SDKs call): one async view routes
+`/<package>.<Service>/<Method>` to its handler after checking the caller's access token for the
+sandbox the request names (`E2b-Sandbox-Id`, as the SDKs send it with E2B_SANDBOX_URL, or the
+sandbox's own host name: routing.py). Process handlers are here; filesystem ones in
+fsrpc.py. Every handler calls sandboxes.services as the token's key's user.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
+from django.views.decorators.csrf import csrf_exempt
+from google.protobuf.message import Message
+
+from e2b_compat import connect, fsrpc, processes
+from e2b_compat.auth import Caller, envd_caller
+from e2b_compat.connect import Codec, ConnectError
+from e2b_compat.errors import as_connect_error, connect_error_response
+from e2b_compat.proto import process_pb2 as pb
+from sandboxes import services
+from sandboxes.http.dbthreads import in_db_thread
+from tenants.apikeys import clean_address
+
+__all__ = ["rpc"]
+
+KEEPALIVE_HEADER = "Keepalive-Ping-Interval"
+Unary = Callable[[Caller, str, Any], Awaitable[Message]]
+Streaming = Callable[[Caller, str, Any, HttpRequest], Awaitable[AsyncIterator[Message]]]
+
+
+@csrf_exempt
+async def rpc(request: HttpRequest, service: str, method: str) -> HttpResponseBase:
+    if request.method != "POST":
+        return connect_error_response(ConnectError("unimplemented", "envd RPCs are POSTs"))
+    route = ROUTES.get((service, method))
+    if route is None:
+        return connect_error_response(
+            ConnectError("unimplemented", f"{service}/{method} is not served by Sandhub")
+        )
+    message_type, handler, streaming = route
+    try:
+        codec = connect.codec_for(request.headers.get("Content-Type", ""))
+        if codec.streaming != streaming:
+            kind = "a stream" if streaming else "not a stream"
+            raise ConnectError("invalid_argument", f"{method} is {kind}")
+        sandbox_id = sandbox_of(request)
+        caller = await in_db_thread(
+            envd_caller,
+            request.headers.get("X-Access-Token"),
+            sandbox_id,
+            clean_address(request.META.get("REMOTE_ADDR")),
+        )
+        encoding = request.headers.get(
+            "Connect-Content-Encoding" if streaming else "Content-Encoding", ""
+        )
+        if streaming:
+            message = connect.decode_stream_request(request.body, codec, message_type(), encoding)
+            events = await handler(caller, sandbox_id, message, request)
+            return _stream(codec, events, _keepalive_seconds(request))
+        message = connect.decode_unary(request.body, codec, message_type(), encoding)
+        answer = await handler(caller, sandbox_id, message)
+        return HttpResponse(codec.serialize(answer), content_type=codec.content_type)
+    except Exception as exc:
+        error = as_connect_error(exc)
+        if error is None:
+            raise
+        if streaming and "codec" in locals():
+            return _stream(codec, _no_events(), None, error)
+        return connect_error_response(error)
+
+
+def sandbox_of(request: HttpRequest) -> str:
+    sandbox_id = request.META.get("SANDHUB_E2B_SANDBOX") or request.headers.get("E2b-Sandbox-Id")
+    if not sandbox_id:
+        raise ConnectError("invalid_argument", "name the sandbox: E2b-Sandbox-Id")
+    return str(sandbox_id)
+
+
+def _keepalive_seconds(request: HttpRequest) -> float | None:
+    try:
+        seconds = float(request.headers.get(KEEPALIVE_HEADER, ""))
+    except ValueError:
+        return None
+    return max(seconds, 1.0)
+
+
+async def _no_events() -> AsyncIterator[Message]:
+    return
+    yield  # an async generator with nothing in it
+
+
+def _stream(
+    codec: Codec,
+    events: AsyncIterator[Message],
+    keepalive: float | None,
+    error: ConnectError | None = None,
+) -> StreamingHttpResponse:
+    async def body() -> AsyncIterator[bytes]:
+        failure = error
+        try:
+            async for event in _with_keepalives(events, keepalive):
+                yield connect.envelope(codec, event)
+        except Exception as exc:
+            failure = as_connect_error(exc) or ConnectError("internal", "the stream failed")
+        yield connect.end_of_stream(failure)
+
+    response = StreamingHttpResponse(body(), content_type=codec.content_type)
+    response["Cache-Control"] = "no-store"
+    response["X-Accel-Buffering"] = "no"  # a proxy passes each event on at once
+    return response
+
+
+async def _with_keepalives(
+    events: AsyncIterator[Message], every: float | None
+) -> AsyncIterator[Message]:
+    """The events, and a KeepAlive whenever none came for `every` seconds (E2B's SDKs ask
+    for them so that idle proxies do not cut a long command's stream)."""
+    iterator = events.__aiter__()
+    while True:
+        waiting = asyncio.ensure_future(iterator.__anext__())
+        while True:
+            done, _ = await asyncio.wait({waiting}, timeout=every)
+            if done:
+                break
+            yield pb.StartResponse(event=pb.ProcessEvent(keepalive=pb.ProcessEvent.KeepAlive()))
+        try:
+            yield waiting.result()
+        except StopAsyncIteration:
+            return
+
+
+# --- process.Process ----------------------------------------------------------------------
+
+
+async def start(
+    caller: Caller, sandbox_id: str, request: pb.StartRequest, http: HttpRequest
+) -> AsyncIterator[Message]:
+    if request.HasField("pty"):
+        raise ConnectError("unimplemented", "PTY processes are not supported by Sandhub yet")
+    if request.stdin:
+        raise ConnectError(
+            "unimplemented", "stdin to a running process is not supported by Sandhub yet"
+        )
+    timeout = processes.default_timeout(http.headers.get("Connect-Timeout-Ms"))
+    process = await asyncio.to_thread(
+        processes.start, caller.principal, sandbox_id, request, timeout
+    )
+    if process.failure is not None:
+        raise process.failure
+    return _events(process.follow(replay=True), pb.StartResponse)
+
+
+async def connect_process(
+    caller: Caller, sandbox_id: str, request: pb.ConnectRequest, http: HttpRequest
+) -> AsyncIterator[Message]:
+    pid = await _pid_of(caller, sandbox_id, request.process)
+    process = processes.find(pid)
+    if process is not None and process.sandbox_id == sandbox_id:
+        return _events(process.follow(replay=False), pb.ConnectResponse)
+    return _events(_recorded(caller, sandbox_id, pid), pb.ConnectResponse)
+
+
+async def _events(
+    events: AsyncIterator[pb.ProcessEvent], wrapper: type[Message]
+) -> AsyncIterator[Message]:
+    async for event in events:
+        yield wrapper(event=event)
+
+
+async def _recorded(caller: Caller, sandbox_id: str, pid: int) -> AsyncIterator[pb.ProcessEvent]:
+    """A command this process does not run: its end from the history, once it came."""
+    yield pb.ProcessEvent(start=pb.ProcessEvent.StartEvent(pid=pid))
+    while True:
+        command = await in_db_thread(_command, caller, sandbox_id, pid)
+        if command.status != "running":
+            break
+        await asyncio.sleep(0.5)
+    if command.stdout:
+        yield pb.ProcessEvent(data=pb.ProcessEvent.DataEvent(stdout=command.stdout.encode()))
+    if command.stderr:
+        yield pb.ProcessEvent(data=pb.ProcessEvent.DataEvent(stderr=command.stderr.encode()))
+    yield pb.ProcessEvent(
+        end=processes._end_of(command.status, command.exit_code, command.error_message)
+    )
+
+
+def _command(caller: Caller, sandbox_id: str, pid: int) -> Any:
+    command = services.get_command(caller.principal, pid)
+    if command.sandbox_id != sandbox_id:
+        raise ConnectError("not_found", f"process with pid {pid} not found")
+    return command
+
+
+async def _pid_of(caller: Caller, sandbox_id: str, selector: pb.ProcessSelector) -> int:
+    which = selector.WhichOneof("selector")
+    if which == "pid":
+        return int(selector.pid)
+    if which == "tag":
+        for process in processes.running_here(sandbox_id):
+            if process.tag == selector.tag:
+                return process.pid
+        raise ConnectError("not_found", f"process with tag {selector.tag} not found")
+    raise ConnectError("invalid_argument", "select the process by pid or tag")
+
+
+async def list_processes(caller: Caller, sandbox_id: str, request: pb.ListRequest) -> Message:
+    running = await in_db_thread(_running_commands, caller, sandbox_id)
+    answer = pb.ListResponse()
+    for command in running:
+        info = answer.processes.add(pid=command.id)
+        here = processes.find(command.id)
+        if here is not None:
+            info.config.CopyFrom(here.config)
+            if here.tag is not None:
+                info.tag = here.tag
+        else:
+            info.config.cmd, info.config.args[:] = "/bin/bash", ["-l", "-c", command.command]
+    return answer
+
+
+def _running_commands(caller: Caller, sandbox_id: str) -> list[Any]:
+    commands = services.list_commands(caller.principal, sandbox_id, limit=200)
+    return [c for c in commands if c.status == "running" and not c.background]
+
+
+async def send_signal(caller: Caller, sandbox_id: str, request: pb.SendSignalRequest) -> Message:
+    pid = await _pid_of(caller, sandbox_id, request.process)
+    killed = await in_db_thread(services.kill_command, caller.principal, sandbox_id, pid)
+    if not killed:
+        raise ConnectError("not_found", f"process with pid {pid} not found")
+    return pb.SendSignalResponse()
+
+
+async def not_supported(caller: Caller, sandbox_id: str, request: Any, *rest: Any) -> Message:
+    raise ConnectError(
+        "unimplemented", "stdin and terminal size of a running process are not supported yet"
+    )
+
+
+ROUTES: dict[tuple[str, str], tuple[type[Message], Any, bool]] = {
+    ("process.Process", "Start"): (pb.StartRequest, start, True),
+    ("process.Process", "Connect"): (pb.ConnectRequest, connect_process, True),
+    ("process.Process", "List"): (pb.ListRequest, list_processes, False),
+    ("process.Process", "SendSignal"): (pb.SendSignalRequest, send_signal, False),
+    ("process.Process", "SendInput"): (pb.SendInputRequest, not_supported, False),
+    ("process.Process", "CloseStdin"): (pb.CloseStdinRequest, not_supported, False),
+    ("process.Process", "Update"): (pb.UpdateRequest, not_supported, False),
+    **fsrpc.ROUTES,
+}

@@ -1,0 +1,29 @@
+"""The E2B-compatible endpoints under /e2b/: the control API at /e2b/ (E2B_API_URL) and envd
+at /e2b/envd/ (E2B_SANDBOX_URL), or at a sandbox's own host name (routing.py)."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+from django.urls import path
+
+from e2b_compat import control, envd, files
+
+
+def health(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(status=204)  # envd's /health: E2B's SDKs ask it after a failed call
+
+
+ID = "<str:sandbox_id>"
+urlpatterns = [
+    path("sandboxes", control.sandboxes),
+    path("v2/sandboxes", control.sandboxes),
+    path(f"sandboxes/{ID}", control.sandbox),
+    path(f"sandboxes/{ID}/timeout", control.timeout),
+    path(f"sandboxes/{ID}/pause", control.pause),
+    path(f"sandboxes/{ID}/resume", control.resume),
+    path(f"sandboxes/{ID}/connect", control.connect),
+    path(f"v2/sandboxes/{ID}/connect", control.connect),
+    path("envd/health", health),
+    path("envd/files", files.files),
+    path("envd/<str:service>/<str:method>", envd.rpc),
+]

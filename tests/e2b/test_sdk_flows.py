@@ -1,0 +1,103 @@
+"""E2B's usual flows through its own SDK: create, commands.run with streaming callbacks, a
+background command and its wait, files write/read/list, kill."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.docker
+
+
+def test_run_with_streaming_callbacks(sbx) -> None:
+    seen: list[str] = []
+    result = sbx.commands.run("echo hi; echo err >&2", on_stdout=seen.append)
+    assert result.exit_code == 0 and result.stdout == "hi\n" and result.stderr == "err\n"
+    assert "".join(seen) == "hi\n"
+
+
+def test_files_write_read_list(sbx) -> None:
+    sbx.files.write("notes/hello.txt", "hello from e2b\n")
+    assert sbx.files.read("notes/hello.txt") == "hello from e2b\n"
+    names = [entry.name for entry in sbx.files.list("notes")]
+    assert names == ["hello.txt"]
+
+
+def test_a_background_command_and_its_wait(sbx) -> None:
+    handle = sbx.commands.run("sleep 1; echo done", background=True)
+    assert handle.pid > 0
+    running = [p.pid for p in sbx.commands.list()]
+    assert handle.pid in running
+    result = handle.wait()
+    assert (result.exit_code, result.stdout) == (0, "done\n")
+    assert handle.pid not in [p.pid for p in sbx.commands.list()]
+
+
+def test_a_background_command_is_killed(sbx) -> None:
+    from e2b import CommandExitException
+
+    handle = sbx.commands.run("sleep 600", background=True)
+    assert sbx.commands.kill(handle.pid) is True
+    with pytest.raises(CommandExitException) as ended:
+        handle.wait()
+    assert ended.value.exit_code != 0
+    assert sbx.commands.kill(handle.pid) is False  # over: nothing to kill
+
+
+def test_a_failing_command_raises_with_its_output(sbx) -> None:
+    from e2b import CommandExitException
+
+    with pytest.raises(CommandExitException) as failed:
+        sbx.commands.run("echo out; exit 3")
+    assert (failed.value.exit_code, failed.value.stdout) == (3, "out\n")
+
+
+def test_files_folders_moves_and_removes(sbx) -> None:
+    assert sbx.files.make_dir("tree/a") is True
+    assert sbx.files.make_dir("tree/a") is False  # there already
+    sbx.files.write("tree/a/one.txt", b"1")
+    info = sbx.files.get_info("tree/a/one.txt")
+    assert (info.name, info.size, info.type.value) == ("one.txt", 1, "file")
+    moved = sbx.files.rename("tree/a/one.txt", "tree/two.txt")
+    assert moved.path == "/workspace/tree/two.txt"
+    assert sbx.files.exists("tree/two.txt") and not sbx.files.exists("tree/a/one.txt")
+    deep = sorted(entry.path for entry in sbx.files.list("tree", depth=2))
+    assert deep == ["/workspace/tree/a", "/workspace/tree/two.txt"]
+    sbx.files.remove("tree")
+    assert not sbx.files.exists("tree")
+
+
+def test_the_sandbox_is_listed_and_described(sbx, e2b_env) -> None:
+    from e2b import Sandbox
+
+    info = sbx.get_info()
+    assert info.sandbox_id == sbx.sandbox_id and info.state.value == "running"
+    listed = [s.sandbox_id for s in Sandbox.list().next_items()]
+    assert sbx.sandbox_id in listed
+    assert sbx.is_running()
+    sbx.set_timeout(900)
+    again = Sandbox.connect(sbx.sandbox_id)
+    assert again.commands.run("echo again").stdout == "again\n"
+
+
+def test_a_folder_is_watched(sbx) -> None:
+    """The sync SDK polls a watcher (CreateWatcher, GetWatcherEvents, RemoveWatcher)."""
+    import time
+
+    sbx.files.make_dir("watched")
+    handle = sbx.files.watch_dir("watched", include_entry=True)
+    try:
+        sbx.files.write("watched/new.txt", "x")
+        events: list = []
+        deadline = time.monotonic() + 10
+        while not any(e.name == "new.txt" and e.type.value == "create" for e in events):
+            assert time.monotonic() < deadline, events
+            time.sleep(0.6)
+            events += handle.get_new_events()
+        sbx.files.remove("watched/new.txt")
+        deadline = time.monotonic() + 10
+        while not any(e.name == "new.txt" and e.type.value == "remove" for e in events):
+            assert time.monotonic() < deadline, events
+            time.sleep(0.6)
+            events += handle.get_new_events()
+    finally:
+        handle.stop()
