@@ -74,7 +74,7 @@ async def rpc(request: HttpRequest, service: str, method: str) -> HttpResponseBa
 
 
 def sandbox_of(request: HttpRequest) -> str:
-    sandbox_id = request.META.get("SANDHUB_E2B_SANDBOX") or request.headers.get("E2b-Sandbox-Id")
+    sandbox_id = request.headers.get("E2b-Sandbox-Id")  # set from the host name: routing.py
     if not sandbox_id:
         raise ConnectError("invalid_argument", "name the sandbox: E2b-Sandbox-Id")
     return str(sandbox_id)

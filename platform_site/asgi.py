@@ -21,6 +21,7 @@ django_app = get_asgi_application()  # sets Django up before anything imports mo
 
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
+from e2b_compat.routing import envd_scope  # noqa: E402
 from mcp_bridge.bodylimit import with_clear_refusals  # noqa: E402
 from mcp_bridge.server import http_app  # noqa: E402
 from platform_site.gcpolicy import settle_long_lived_process  # noqa: E402
@@ -48,6 +49,9 @@ async def dispatch(scope, receive, send) -> None:
         # Django's handler refuses lifespan events; the MCP app needs its startup (it starts
         # the session manager), so the lifespan is the MCP app's.
         await mcp_app(scope, keeping_pool_agents(receive), send)
+        return
+    if (envd := envd_scope(scope)) is not None:  # 49983-SANDBOX.<domain>: E2B's envd
+        await web_app(envd, receive, send)
         return
     if scope["type"] in ("http", "websocket") and wants_preview(scope):
         # A preview host name (every path on it is the app's) or /preview/SANDBOX/PORT/.
