@@ -9,10 +9,12 @@ token's key's user.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import posixpath
 from collections.abc import AsyncIterator
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
@@ -21,6 +23,7 @@ from e2b_compat.auth import Caller, envd_caller
 from e2b_compat.connect import ConnectError
 from e2b_compat.envd import sandbox_of
 from e2b_compat.errors import api_error, rest_error
+from e2b_compat.uploads import TooLarge, read_uploads
 from sandboxes import services
 from sandboxes.contract.errors import InvalidInput
 from sandboxes.http.dbthreads import in_db_thread
@@ -44,6 +47,8 @@ async def files(request: HttpRequest) -> HttpResponseBase:
             written = await in_db_thread(_upload, caller, sandbox_of(request), request)
             return JsonResponse(written, safe=False)
         return api_error(405, f"{request.method} is not allowed on /files")
+    except TooLarge as exc:
+        return api_error(413, str(exc))
     except Exception as exc:
         answer = rest_error(exc) or _connect_refusal(exc)
         if answer is None:
@@ -77,21 +82,10 @@ async def _download(caller: Caller, sandbox_id: str, path: str) -> HttpResponseB
 
 
 def _upload(caller: Caller, sandbox_id: str, request: HttpRequest) -> list[dict[str, Any]]:
-    kind = request.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
-    if kind == "multipart/form-data":
-        parts = request.FILES.getlist("file")
-        if not parts:
-            raise InvalidInput('send each file as a multipart part named "file"')
-        given = request.GET.get("path")
-        targets = [(given if given and len(parts) == 1 else p.name or "", p.read()) for p in parts]
-    else:
-        path = request.GET.get("path") or ""
-        if not path:
-            raise InvalidInput("name the file: ?path=")
-        targets = [(path, request.body)]
-    written = []
-    for path, content in targets:
-        result = services.write_file(caller.principal, sandbox_id, path, content)
-        full = result.paths[0] if result.paths else path
-        written.append({"name": posixpath.basename(full), "type": "file", "path": full})
-    return written
+    limit = settings.SANDHUB_MAX_TRANSFER_BYTES
+    with contextlib.ExitStack() as spools:
+        uploads = read_uploads(request, request.GET.get("path", ""), limit, spools)
+        result = services.upload_files(caller.principal, sandbox_id, uploads)
+    return [
+        {"name": posixpath.basename(path), "type": "file", "path": path} for path in result.paths
+    ]

@@ -3,14 +3,18 @@ at /e2b/envd/ (E2B_SANDBOX_URL), or at a sandbox's own host name (routing.py).""
 
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import path
 
-from e2b_compat import control, envd, files
+from e2b_compat import control, envd, files, openapi
 
 
 def health(request: HttpRequest) -> HttpResponse:
     return HttpResponse(status=204)  # envd's /health: E2B's SDKs ask it after a failed call
+
+
+def openapi_document(request: HttpRequest) -> HttpResponse:
+    return JsonResponse(openapi.DOCUMENT)
 
 
 ID = "<str:sandbox_id>"
@@ -23,6 +27,7 @@ urlpatterns = [
     path(f"sandboxes/{ID}/resume", control.resume),
     path(f"sandboxes/{ID}/connect", control.connect),
     path(f"v2/sandboxes/{ID}/connect", control.connect),
+    path("openapi.json", openapi_document),
     path("envd/health", health),
     path("envd/files", files.files),
     path("envd/<str:service>/<str:method>", envd.rpc),

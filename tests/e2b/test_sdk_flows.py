@@ -101,3 +101,19 @@ def test_a_folder_is_watched(sbx) -> None:
             events += handle.get_new_events()
     finally:
         handle.stop()
+
+
+def test_many_files_streams_and_gzip(sbx) -> None:
+    import io
+
+    from e2b.sandbox.filesystem.filesystem import WriteEntry
+
+    written = sbx.files.write_files(
+        [WriteEntry(path="many/a.txt", data="a"), WriteEntry(path="many/b.bin", data=b"\x00b")]
+    )
+    assert sorted(w.path for w in written) == ["/workspace/many/a.txt", "/workspace/many/b.bin"]
+    sbx.files.write("many/streamed.txt", io.BytesIO(b"from a stream\n"))
+    assert b"".join(sbx.files.read("many/streamed.txt", format="stream")) == b"from a stream\n"
+    sbx.files.write("many/zipped.txt", "compressed on the way\n", gzip=True)
+    assert sbx.files.read("many/zipped.txt") == "compressed on the way\n"
+    assert sbx.files.read("many/b.bin", format="bytes") == b"\x00b"
