@@ -44,6 +44,9 @@ async def rpc(request: HttpRequest, service: str, method: str) -> HttpResponseBa
     message_type, handler, streaming = route
     try:
         codec = connect.codec_for(request.headers.get("Content-Type", ""))
+    except ConnectError as refused:
+        return connect_error_response(refused)
+    try:
         if codec.streaming != streaming:
             kind = "a stream" if streaming else "not a stream"
             raise ConnectError("invalid_argument", f"{method} is {kind}")
@@ -60,7 +63,8 @@ async def rpc(request: HttpRequest, service: str, method: str) -> HttpResponseBa
         if streaming:
             message = connect.decode_stream_request(request.body, codec, message_type(), encoding)
             events = await handler(caller, sandbox_id, message, request)
-            return _stream(codec, events, _keepalive_seconds(request))
+            keepalive = (_keepalive_seconds(request), KEEPALIVES[(service, method)])
+            return _stream(codec, events, keepalive)
         message = connect.decode_unary(request.body, codec, message_type(), encoding)
         answer = await handler(caller, sandbox_id, message)
         return HttpResponse(codec.serialize(answer), content_type=codec.content_type)
@@ -68,7 +72,7 @@ async def rpc(request: HttpRequest, service: str, method: str) -> HttpResponseBa
         error = as_connect_error(exc)
         if error is None:
             raise
-        if streaming and "codec" in locals():
+        if codec.streaming:  # a stream's error is its last envelope, on a 200
             return _stream(codec, _no_events(), None, error)
         return connect_error_response(error)
 
@@ -96,7 +100,7 @@ async def _no_events() -> AsyncIterator[Message]:
 def _stream(
     codec: Codec,
     events: AsyncIterator[Message],
-    keepalive: float | None,
+    keepalive: tuple[float | None, Message] | None,
     error: ConnectError | None = None,
 ) -> StreamingHttpResponse:
     async def body() -> AsyncIterator[bytes]:
@@ -115,22 +119,26 @@ def _stream(
 
 
 async def _with_keepalives(
-    events: AsyncIterator[Message], every: float | None
+    events: AsyncIterator[Message], keepalive: tuple[float | None, Message] | None
 ) -> AsyncIterator[Message]:
-    """The events, and a KeepAlive whenever none came for `every` seconds (E2B's SDKs ask
-    for them so that idle proxies do not cut a long command's stream)."""
+    """The events, and the stream's KeepAlive message whenever none came for the seconds the
+    client asked (E2B's SDKs ask, so that idle proxies do not cut a long command's stream)."""
+    every, message = keepalive or (None, None)
     iterator = events.__aiter__()
-    while True:
-        waiting = asyncio.ensure_future(iterator.__anext__())
+    waiting: asyncio.Future[Message] | None = None
+    try:
         while True:
-            done, _ = await asyncio.wait({waiting}, timeout=every)
-            if done:
-                break
-            yield pb.StartResponse(event=pb.ProcessEvent(keepalive=pb.ProcessEvent.KeepAlive()))
-        try:
-            yield waiting.result()
-        except StopAsyncIteration:
-            return
+            waiting = asyncio.ensure_future(iterator.__anext__())
+            while not (await asyncio.wait({waiting}, timeout=every))[0]:
+                if message is not None:
+                    yield message
+            try:
+                yield waiting.result()
+            except StopAsyncIteration:
+                return
+    finally:
+        if waiting is not None and not waiting.done():
+            waiting.cancel()  # the client went: stop following (the process runs on)
 
 
 # --- process.Process ----------------------------------------------------------------------
@@ -145,9 +153,8 @@ async def start(
         raise ConnectError(
             "unimplemented", "stdin to a running process is not supported by Sandhub yet"
         )
-    timeout = processes.default_timeout(http.headers.get("Connect-Timeout-Ms"))
     process = await asyncio.to_thread(
-        processes.start, caller.principal, sandbox_id, request, timeout
+        processes.start, caller.principal, sandbox_id, request, processes.process_timeout()
     )
     if process.failure is not None:
         raise process.failure
@@ -240,6 +247,13 @@ async def not_supported(caller: Caller, sandbox_id: str, request: Any, *rest: An
         "unimplemented", "stdin and terminal size of a running process are not supported yet"
     )
 
+
+_PROCESS_KEEPALIVE = pb.ProcessEvent(keepalive=pb.ProcessEvent.KeepAlive())
+KEEPALIVES: dict[tuple[str, str], Message] = {
+    ("process.Process", "Start"): pb.StartResponse(event=_PROCESS_KEEPALIVE),
+    ("process.Process", "Connect"): pb.ConnectResponse(event=_PROCESS_KEEPALIVE),
+    **fsrpc.KEEPALIVES,
+}
 
 ROUTES: dict[tuple[str, str], tuple[type[Message], Any, bool]] = {
     ("process.Process", "Start"): (pb.StartRequest, start, True),

@@ -28,7 +28,7 @@ from sandboxes.contract.results import FileEntry
 from sandboxes.http.dbthreads import in_db_thread
 from sandboxes.policy import validation
 
-__all__ = ["ROUTES"]
+__all__ = ["KEEPALIVES", "ROUTES"]
 
 WATCH_EVERY = 0.5  # seconds between two looks at a watched folder
 MAX_DEPTH = 8
@@ -237,6 +237,12 @@ def _drop_idle() -> None:
         if now - watcher.used > WATCHER_IDLE_SECONDS:
             _watchers.pop(watcher_id, None)
 
+
+KEEPALIVES: dict[tuple[str, str], Message] = {
+    ("filesystem.Filesystem", "WatchDir"): fs.WatchDirResponse(
+        keepalive=fs.WatchDirResponse.KeepAlive()
+    ),
+}
 
 ROUTES: dict[tuple[str, str], tuple[type[Message], Any, bool]] = {
     ("filesystem.Filesystem", "Stat"): (fs.StatRequest, stat, False),

@@ -201,12 +201,9 @@ def _forget_old() -> None:
                 del _processes[pid]
 
 
-def default_timeout(header_ms: str | None) -> float:
-    """The command's timeout from the stream's Connect-Timeout-Ms (E2B's `timeout`), within the
-    platform's maximum; none given (or 0: E2B's "no limit"): the platform's maximum."""
-    maximum = float(settings.SANDHUB_MAX_TIMEOUT_SECONDS)
-    try:
-        milliseconds = int(header_ms or 0)
-    except ValueError:
-        milliseconds = 0
-    return maximum if milliseconds <= 0 else min(maximum, max(milliseconds / 1000, 0.001))
+def process_timeout() -> float:
+    """How long a process may run: the platform's maximum for a command. E2B's `timeout`
+    (the stream's Connect-Timeout-Ms) bounds the client's stream, not the process: a
+    background process outlives the stream it was started on, as in envd, and the client
+    ends its own stream at its deadline."""
+    return float(settings.SANDHUB_MAX_TIMEOUT_SECONDS)
