@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import statistics
 import threading
@@ -35,7 +36,7 @@ from _setup import (
 def line(label: str, seconds: list[float]) -> str:
     return (
         f"{label:<34} p50 {statistics.median(seconds) * 1000:7.1f} ms   "
-        f"p90 {percentile(seconds, 0.9) * 1000:7.1f} ms   n={len(seconds)}"
+        f"p90 {percentile(seconds, 90) * 1000:7.1f} ms   n={len(seconds)}"
     )
 
 
@@ -65,6 +66,8 @@ class McpCaller:
 
 
 def main() -> None:
+    for name in ("httpx", "httpx2"):  # a line per request otherwise
+        logging.getLogger(name).setLevel(logging.WARNING)
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=200)
     runs = parser.parse_args().runs

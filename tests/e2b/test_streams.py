@@ -26,19 +26,23 @@ def frames(body: bytes) -> list[tuple[int, bytes]]:
     return found
 
 
-def stream(asgi_server, sbx, world, rpc: str, message, seconds: str = "1", **options):
+def stream_request(asgi_server, sbx, world, rpc: str, message) -> dict:
+    """The parts of a streaming call's request: its URL, envelope and headers."""
     data = message.SerializeToString()
-    return httpx.post(
-        f"{asgi_server}/e2b/envd/{rpc}",
-        content=struct.pack(">BI", 0, len(data)) + data,
-        headers={
+    return {
+        "url": f"{asgi_server}/e2b/envd/{rpc}",
+        "content": struct.pack(">BI", 0, len(data)) + data,
+        "headers": {
             "Content-Type": "application/connect+proto",
             "E2b-Sandbox-Id": sbx.sandbox_id,
             "X-Access-Token": envd_token(world.rows["alice"], sbx.sandbox_id),
-            "Keepalive-Ping-Interval": seconds,
+            "Keepalive-Ping-Interval": "1",
         },
-        **options,
-    )
+    }
+
+
+def stream(asgi_server, sbx, world, rpc: str, message, **options):
+    return httpx.post(**stream_request(asgi_server, sbx, world, rpc, message), **options)
 
 
 def test_a_quiet_command_gets_keepalives_of_its_own_type(asgi_server, sbx, world) -> None:
@@ -56,18 +60,8 @@ def test_a_watch_gets_keepalives_of_its_own_type(asgi_server, sbx, world) -> Non
     sbx.files.make_dir("quiet")
     watch = fs.WatchDirRequest(path="quiet")
     with httpx.Client(timeout=30) as client:
-        data = watch.SerializeToString()
-        request = client.build_request(
-            "POST",
-            f"{asgi_server}/e2b/envd/filesystem.Filesystem/WatchDir",
-            content=struct.pack(">BI", 0, len(data)) + data,
-            headers={
-                "Content-Type": "application/connect+proto",
-                "E2b-Sandbox-Id": sbx.sandbox_id,
-                "X-Access-Token": envd_token(world.rows["alice"], sbx.sandbox_id),
-                "Keepalive-Ping-Interval": "1",
-            },
-        )
+        parts = stream_request(asgi_server, sbx, world, "filesystem.Filesystem/WatchDir", watch)
+        request = client.build_request("POST", **parts)
         response = client.send(request, stream=True)
         body, began = b"", time.monotonic()
         for chunk in response.iter_bytes():
