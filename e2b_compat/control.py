@@ -15,13 +15,15 @@ from collections.abc import Callable
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
 from e2b_compat import shapes
 from e2b_compat.auth import Caller, api_caller, envd_token
 from e2b_compat.errors import api_error, json_body, rest_error
 from sandboxes import services
-from sandboxes.contract.errors import InvalidInput, ServiceError
+from sandboxes.contract.errors import InvalidInput
+from sandboxes.policy.validation import SANDBOX_ID_RE
 from tenants.apikeys import clean_address
 
 __all__ = ["connect", "pause", "resume", "sandbox", "sandboxes", "timeout"]
@@ -38,12 +40,17 @@ def e2b_view(*methods: str) -> Callable[[View], View]:
         def handle(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
             if request.method not in methods:
                 return api_error(405, f"{request.method} is not allowed here")
+            sandbox_id = kwargs.get("sandbox_id")
+            if sandbox_id is not None and not SANDBOX_ID_RE.match(sandbox_id):
+                # Not a Sandhub id at all: E2B's SDKs take only 404 for "no such sandbox"
+                # (kill() answers False), so it answers as an unknown one does.
+                return api_error(404, f"sandbox {sandbox_id} not found")
             try:
                 caller = api_caller(
                     request.headers.get("X-API-Key"), clean_address(request.META.get("REMOTE_ADDR"))
                 )
                 return view(request, caller, *args, **kwargs)
-            except (ServiceError, Exception) as exc:
+            except Exception as exc:
                 answer = rest_error(exc)
                 if answer is None:
                     raise
@@ -61,7 +68,7 @@ def sandboxes(request: HttpRequest, caller: Caller) -> HttpResponse:
         return _create(request, caller)
     infos = services.list_sandboxes(caller.principal)
     states = _states(request.GET.get("state"), default="running" if _v1(request) else "")
-    listed = [shapes.listed(i) for i in infos if i.status not in ("deleted", "deleting")]
+    listed = [shapes.listed(i) for i in infos if i.status not in shapes.GONE]
     listed = [row for row in listed if not states or row["state"] in states]
     limit = request.GET.get("limit")
     if limit is not None:
@@ -158,8 +165,13 @@ def _back_up(
     change = services.resume_sandbox(caller.principal, sandbox_id)
     if refuse_running and not change.changed:
         return api_error(409, f"sandbox {sandbox_id} is already running")
+    info = change.sandbox
     if "timeout" in body:
-        services.set_sandbox_timeout(caller.principal, sandbox_id, _seconds(body["timeout"]))
+        # As E2B: connecting never shortens a sandbox's life, it only lengthens it.
+        seconds = _seconds(body["timeout"])
+        left = (info.expires_at - timezone.now()).total_seconds() if info.expires_at else 0
+        if seconds > left:
+            services.set_sandbox_timeout(caller.principal, sandbox_id, seconds)
     info = services.get_sandbox(caller.principal, sandbox_id)
     token = envd_token(caller.key, info.id)
     return JsonResponse(shapes.created(info, token, None), status=201 if change.changed else 200)

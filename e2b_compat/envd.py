@@ -19,9 +19,10 @@ from google.protobuf.message import Message
 from e2b_compat import connect, fsrpc, processes
 from e2b_compat.auth import Caller, envd_caller
 from e2b_compat.connect import Codec, ConnectError
-from e2b_compat.errors import as_connect_error, connect_error_response
+from e2b_compat.errors import api_error, as_connect_error, connect_error_response
 from e2b_compat.proto import process_pb2 as pb
 from sandboxes import services
+from sandboxes.contract.errors import NotFound
 from sandboxes.http.dbthreads import in_db_thread
 from tenants.apikeys import clean_address
 
@@ -75,6 +76,33 @@ async def rpc(request: HttpRequest, service: str, method: str) -> HttpResponseBa
         if codec.streaming:  # a stream's error is its last envelope, on a 200
             return _stream(codec, _no_events(), None, error)
         return connect_error_response(error)
+
+
+@csrf_exempt
+async def health(request: HttpRequest) -> HttpResponse:
+    """envd's /health, which E2B's SDKs ask after a failed call and for is_running(): 204
+    while the sandbox runs, 502 saying it "was not found" otherwise (paused, stopped or gone:
+    the SDK then reports it not running); only to its token's holder."""
+    try:
+        sandbox_id = sandbox_of(request)
+        caller = await in_db_thread(
+            envd_caller,
+            request.headers.get("X-Access-Token"),
+            sandbox_id,
+            clean_address(request.META.get("REMOTE_ADDR")),
+        )
+        info = await in_db_thread(services.get_sandbox, caller.principal, sandbox_id)
+        gone = info.status != "running"
+    except NotFound:
+        gone = True
+    except Exception as exc:
+        error = as_connect_error(exc)
+        if error is None:
+            raise
+        return api_error(error.status, error.message)
+    if gone:
+        return api_error(502, f"sandbox {sandbox_id} was not found")
+    return HttpResponse(status=204)
 
 
 def sandbox_of(request: HttpRequest) -> str:
@@ -168,6 +196,11 @@ async def connect_process(
     process = processes.find(pid)
     if process is not None and process.sandbox_id == sandbox_id:
         return _events(process.follow(replay=False), pb.ConnectResponse)
+    # Not run here: refused at once if there is no such command (as envd refuses a pid it
+    # does not know), else followed from the history.
+    command = await in_db_thread(_command, caller, sandbox_id, pid)
+    if command.background:
+        raise ConnectError("not_found", f"process with pid {pid} not found")
     return _events(_recorded(caller, sandbox_id, pid), pb.ConnectResponse)
 
 
@@ -196,8 +229,11 @@ async def _recorded(caller: Caller, sandbox_id: str, pid: int) -> AsyncIterator[
 
 
 def _command(caller: Caller, sandbox_id: str, pid: int) -> Any:
-    command = services.get_command(caller.principal, pid)
-    if command.sandbox_id != sandbox_id:
+    try:
+        command = services.get_command(caller.principal, pid)
+    except NotFound:
+        command = None
+    if command is None or command.sandbox_id != sandbox_id:
         raise ConnectError("not_found", f"process with pid {pid} not found")
     return command
 

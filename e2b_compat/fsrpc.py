@@ -47,8 +47,8 @@ def entry_info(entry: FileEntry) -> fs.EntryInfo:
         is_symlink=entry.kind == "link",
     )
     mode = _mode_bits(entry.mode, entry.kind)
-    info.mode = mode
-    info.permissions = statmodule.filemode(mode)
+    info.mode = statmodule.S_IMODE(mode)  # envd's mode: the permission bits
+    info.permissions = statmodule.filemode(mode)  # with the type: drwxr-xr-x
     info.modified_time.FromNanoseconds(int(entry.mtime * 1e9))
     return info
 
@@ -131,6 +131,13 @@ async def remove(caller: Caller, sandbox_id: str, request: fs.RemoveRequest) -> 
 # --- watching ---------------------------------------------------------------------------------
 
 
+def _watched(caller: Caller, sandbox_id: str, path: str, recursive: bool) -> dict[str, FileEntry]:
+    """The first look at a folder to watch; a file (or nothing) is refused, as envd does."""
+    if _stat(caller, sandbox_id, path).kind != "dir":
+        raise ConnectError("invalid_argument", f"path {path} is not a directory")
+    return _look(caller, sandbox_id, path, recursive)
+
+
 def _look(caller: Caller, sandbox_id: str, path: str, recursive: bool) -> dict[str, FileEntry]:
     root = validation.path(path)
     entries = _listing(caller, sandbox_id, root, MAX_DEPTH if recursive else 1)
@@ -163,7 +170,7 @@ def _changes(
 async def watch_dir(
     caller: Caller, sandbox_id: str, request: fs.WatchDirRequest, http: Any
 ) -> AsyncIterator[Message]:
-    seen = await in_db_thread(_look, caller, sandbox_id, request.path, request.recursive)
+    seen = await in_db_thread(_watched, caller, sandbox_id, request.path, request.recursive)
     return _watching(caller, sandbox_id, request, seen)
 
 
@@ -198,7 +205,7 @@ async def create_watcher(
     mine = [w for w in _watchers.values() if w.key_id == caller.key.pk]
     if len(mine) >= MAX_WATCHERS_PER_KEY:
         raise ConnectError("resource_exhausted", f"at most {MAX_WATCHERS_PER_KEY} watchers")
-    seen = await in_db_thread(_look, caller, sandbox_id, request.path, request.recursive)
+    seen = await in_db_thread(_watched, caller, sandbox_id, request.path, request.recursive)
     watcher_id = secrets.token_urlsafe(16)
     _watchers[watcher_id] = Watcher(caller.key.pk, sandbox_id, request, seen)
     return fs.CreateWatcherResponse(watcher_id=watcher_id)

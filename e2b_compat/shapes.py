@@ -28,10 +28,15 @@ def template_image(template_id: object) -> str | None:
     return None if text in DEFAULT_TEMPLATES else text
 
 
+# Sandhub's statuses E2B has no word for: a sandbox being deleted or gone is not listed.
+GONE = frozenset({"stopping", "deleted", "lost", "error"})
+_PAUSED = frozenset({"pausing", "paused", "halting", "stopped"})
+
+
 def state_of(info: SandboxInfo) -> str:
     """E2B knows two states: running, and paused (Sandhub's paused and stopped both keep the
     files and come back on resume)."""
-    return "paused" if info.status in ("paused", "pausing", "stopped", "stopping") else "running"
+    return "paused" if info.status in _PAUSED else "running"
 
 
 def _time(moment: datetime | None) -> str | None:

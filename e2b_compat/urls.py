@@ -9,10 +9,6 @@ from django.urls import path
 from e2b_compat import control, envd, files, openapi
 
 
-def health(request: HttpRequest) -> HttpResponse:
-    return HttpResponse(status=204)  # envd's /health: E2B's SDKs ask it after a failed call
-
-
 def openapi_document(request: HttpRequest) -> HttpResponse:
     return JsonResponse(openapi.DOCUMENT)
 
@@ -28,7 +24,7 @@ urlpatterns = [
     path(f"sandboxes/{ID}/connect", control.connect),
     path(f"v2/sandboxes/{ID}/connect", control.connect),
     path("openapi.json", openapi_document),
-    path("envd/health", health),
+    path("envd/health", envd.health),
     path("envd/files", files.files),
     path("envd/<str:service>/<str:method>", envd.rpc),
 ]

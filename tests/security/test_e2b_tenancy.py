@@ -42,6 +42,7 @@ CONTROL = {
 NO_ID = {
     "sandboxes",
     "v2/sandboxes",
+    "openapi.json",
     "envd/health",
     "envd/files",
     "envd/<str:service>/<str:method>",
@@ -172,6 +173,12 @@ def test_envd_refuses_another_sandbox_forged_and_revoked_tokens(scene, world) ->
         headers={"E2b-Sandbox-Id": scene["b"], "X-Access-Token": own},
     )
     assert files.status_code == 401 and "team B" not in files.text
+    for sandbox_id in (scene["b"], GHOST):  # health tells nothing of another team's sandbox
+        health = httpx.get(
+            f"{scene['url']}/e2b/envd/health",
+            headers={"E2b-Sandbox-Id": sandbox_id, "X-Access-Token": own},
+        )
+        assert health.status_code == 401, health.text
 
 
 def test_team_b_is_as_it_was(scene) -> None:
