@@ -13,6 +13,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
+from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from google.protobuf.message import Message
 
@@ -92,7 +93,9 @@ async def health(request: HttpRequest) -> HttpResponse:
             clean_address(request.META.get("REMOTE_ADDR")),
         )
         info = await in_db_thread(services.get_sandbox, caller.principal, sandbox_id)
-        gone = info.status != "running"
+        # Past its timeout it is as good as gone: the sweep deletes it within the minute.
+        expired = info.expires_at is not None and info.expires_at <= timezone.now()
+        gone = info.status != "running" or expired
     except NotFound:
         gone = True
     except Exception as exc:

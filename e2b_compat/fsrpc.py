@@ -9,6 +9,7 @@ cancel out are not seen, and a rename shows as a remove and a create.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import posixpath
 import secrets
 import stat as statmodule
@@ -123,8 +124,14 @@ async def move(caller: Caller, sandbox_id: str, request: fs.MoveRequest) -> Mess
     return fs.MoveResponse(entry=entry_info(entry))
 
 
+def _remove(caller: Caller, sandbox_id: str, path: str) -> None:
+    # As envd: removing what is not there is done already (rm -f), not an error.
+    with contextlib.suppress(NotFound):
+        services.delete_path(caller.principal, sandbox_id, path)
+
+
 async def remove(caller: Caller, sandbox_id: str, request: fs.RemoveRequest) -> Message:
-    await in_db_thread(services.delete_path, caller.principal, sandbox_id, request.path)
+    await in_db_thread(_remove, caller, sandbox_id, request.path)
     return fs.RemoveResponse()
 
 

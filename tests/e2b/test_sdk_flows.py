@@ -117,3 +117,25 @@ def test_many_files_streams_and_gzip(sbx) -> None:
     sbx.files.write("many/zipped.txt", "compressed on the way\n", gzip=True)
     assert sbx.files.read("many/zipped.txt") == "compressed on the way\n"
     assert sbx.files.read("many/b.bin", format="bytes") == b"\x00b"
+
+
+def test_removing_what_is_not_there_is_done_already(sbx) -> None:
+    sbx.files.remove("never-there.txt")  # as envd: rm -f, not an error
+
+
+def test_paused_or_past_its_timeout_is_not_running(e2b_env) -> None:
+    import time
+
+    from e2b import Sandbox
+
+    sandbox = Sandbox.create(timeout=300)
+    try:
+        sandbox.pause()
+        assert not sandbox.is_running()
+        again = Sandbox.connect(sandbox.sandbox_id)  # resumed
+        assert again.is_running() and again.commands.run("echo back").stdout == "back\n"
+        again.set_timeout(1)
+        time.sleep(1.5)
+        assert not again.is_running()  # the sweep deletes it within the minute
+    finally:
+        sandbox.kill()
