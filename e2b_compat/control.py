@@ -3,9 +3,9 @@ get, kill, set timeout, pause, resume and connect. Thin views: read E2B's reques
 service as the key's user (channel "e2b": every call audited, every quota held), answer in
 E2B's shape (shapes.py). Another team's sandbox answers 404 as an id that never existed.
 
-What E2B has and these do not: metadata is accepted and not kept (lists answer {}), a
-timeout is kept to the minute at creation and to the second by set_timeout, autoPause and
-network rules other than on/off are refused or ignored as README's table says.
+What E2B has and these do not: a timeout is kept to the minute at creation and to the
+second by set_timeout; autoPause and network rules other than on/off are refused or ignored
+as docs/e2b.md's table says. Lists filter and page as listing.py says.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from e2b_compat import shapes
+from e2b_compat import listing, shapes
 from e2b_compat.auth import Caller, api_caller, envd_token
 from e2b_compat.errors import api_error, json_body, rest_error
 from sandboxes import services
@@ -66,36 +66,23 @@ def sandboxes(request: HttpRequest, caller: Caller) -> HttpResponse:
     """POST: create (E2B's NewSandbox); GET: the team's sandboxes (v1: running ones)."""
     if request.method == "POST":
         return _create(request, caller)
-    infos = services.list_sandboxes(caller.principal)
-    states = _states(request.GET.get("state"), default="running" if _v1(request) else "")
-    listed = [shapes.listed(i) for i in infos if i.status not in shapes.GONE]
-    listed = [row for row in listed if not states or row["state"] in states]
-    limit = request.GET.get("limit")
-    if limit is not None:
-        if not limit.isdigit() or int(limit) < 1:
-            raise InvalidInput("limit must be a positive integer")
-        listed = listed[: int(limit)]
-    return JsonResponse(listed, safe=False)
+    infos = [i for i in services.list_sandboxes(caller.principal) if i.status not in shapes.GONE]
+    listed = [shapes.listed(i) for i in listing.matching(infos, request.GET, v1=_v1(request))]
+    page, next_token = listing.page(listed, request.GET)
+    response = JsonResponse(page, safe=False)
+    if next_token is not None:
+        response["X-Next-Token"] = next_token
+    return response
 
 
 def _v1(request: HttpRequest) -> bool:
     return "/v2/" not in request.path
 
 
-def _states(text: str | None, default: str) -> set[str]:
-    wanted = {s.strip() for s in (text or default).split(",") if s.strip()}
-    unknown = wanted - {"running", "paused"}
-    if unknown:
-        raise InvalidInput(f"unknown state(s) {sorted(unknown)}: running or paused")
-    return wanted
-
-
 def _create(request: HttpRequest, caller: Caller) -> HttpResponse:
     body = json_body(request.body)
     seconds = _seconds(body.get("timeout", DEFAULT_TIMEOUT_SECONDS))
-    env = body.get("envVars") or {}
-    if not isinstance(env, dict):
-        raise InvalidInput("envVars must be an object of strings")
+    env = _strings(body.get("envVars"), "envVars")
     if body.get("autoPause"):
         raise InvalidInput(
             "autoPause is not supported: a Sandhub sandbox is deleted at its timeout, or "
@@ -105,13 +92,22 @@ def _create(request: HttpRequest, caller: Caller) -> HttpResponse:
     info = services.create_sandbox(
         caller.principal,
         image=shapes.template_image(body.get("templateID")),
-        env={str(k): str(v) for k, v in env.items()},
+        env=env,
         lifetime_minutes=max(1, math.ceil(seconds / 60)),
+        metadata=_strings(body.get("metadata"), "metadata"),
         network=None if network is None else bool(network),
         request_id=request.headers.get("Idempotency-Key") or None,
     )
     token = envd_token(caller.key, info.id)
     return JsonResponse(shapes.created(info, token, None), status=201)
+
+
+def _strings(value: object, what: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise InvalidInput(f"{what} must be an object of strings")
+    return value
 
 
 def _seconds(value: object) -> int:

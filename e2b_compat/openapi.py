@@ -80,6 +80,11 @@ def _body(schema: dict[str, Any]) -> dict[str, Any]:
 _LIST = {
     "parameters": [
         {"name": "state", "in": "query", "schema": {"type": "string"}},
+        {"name": "metadata", "in": "query", "schema": {"type": "string"}},
+        {"name": "template", "in": "query", "schema": {"type": "string"}},
+        {"name": "startedAfter", "in": "query", "schema": {"type": "string"}},
+        {"name": "order", "in": "query", "schema": {"type": "string", "enum": ["asc", "desc"]}},
+        {"name": "nextToken", "in": "query", "schema": {"type": "string"}},
         {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1}},
     ],
     "responses": {

@@ -57,7 +57,7 @@ def created(info: SandboxInfo, access_token: str, domain: str | None) -> dict[st
     }
 
 
-def listed(info: SandboxInfo, metadata: dict[str, str] | None = None) -> dict[str, Any]:
+def listed(info: SandboxInfo) -> dict[str, Any]:
     """One sandbox of GET /v2/sandboxes."""
     return {
         "sandboxID": info.id,
@@ -69,7 +69,7 @@ def listed(info: SandboxInfo, metadata: dict[str, str] | None = None) -> dict[st
         "cpuCount": max(1, round(info.cpus)),
         "memoryMB": info.memory_mb,
         "diskSizeMB": info.disk_mb or 0,
-        "metadata": metadata or {},
+        "metadata": info.metadata,
         "state": state_of(info),
         "envdVersion": ENVD_VERSION,
     }

@@ -80,6 +80,9 @@ class SandboxInfo(Result):
     stopped_at: datetime | None = Field(None, description="when it was stopped, if it is")
     network_mode: str = Field("off", description="off, allowlist or public (network: not off)")
     egress: EgressBlock | None = Field(None, description="get_sandbox's: policy and refusals")
+    metadata: dict[str, str] = Field(
+        default_factory=dict, description="labels its creator gave (string keys and values)"
+    )
 
     @classmethod
     def from_model(cls, sandbox: Sandbox, egress: EgressBlock | None = None) -> SandboxInfo:

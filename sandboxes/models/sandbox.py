@@ -104,6 +104,8 @@ class Sandbox(models.Model):
     # before disk limits existed.
     disk_mb = models.PositiveIntegerField(null=True, blank=True)
     env = models.JSONField(default=dict, blank=True)
+    # Labels its creator gives (string keys and values): lists can be filtered by them.
+    metadata = models.JSONField(default=dict, blank=True)
     network = models.BooleanField(default=False)  # egress_mode != "off"
     # Egress (issue 27): off, allowlist or public; the allow-list it got (rule strings, the
     # team's at creation or a narrower one asked for); its credential towards the proxy.

@@ -105,6 +105,33 @@ def name(value: Any) -> str:
     return no_nul(value.strip(), "name")
 
 
+MAX_METADATA_ENTRIES = 50
+MAX_METADATA_KEY_CHARS = 128
+MAX_METADATA_VALUE_CHARS = 1024
+
+
+def metadata(value: Any) -> dict[str, str]:
+    """A sandbox's labels: at most 50 string keys (1-128 characters) and string values (at
+    most 1024); None is none."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidInput("metadata must be an object of strings")
+    if len(value) > MAX_METADATA_ENTRIES:
+        raise InvalidInput(f"metadata has more than {MAX_METADATA_ENTRIES} entries")
+    for key, item in value.items():
+        if not isinstance(key, str) or not 0 < len(key) <= MAX_METADATA_KEY_CHARS:
+            raise InvalidInput(f"metadata keys are 1 to {MAX_METADATA_KEY_CHARS} characters")
+        if not isinstance(item, str) or len(item) > MAX_METADATA_VALUE_CHARS:
+            raise InvalidInput(
+                f"metadata {key[:40]!r}: values are strings of at most "
+                f"{MAX_METADATA_VALUE_CHARS} characters"
+            )
+        no_nul(key, "metadata key")
+        no_nul(item, "metadata value")
+    return dict(value)
+
+
 def packages(value: Any) -> list[str]:
     if isinstance(value, str):
         value = value.split()

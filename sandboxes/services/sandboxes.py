@@ -67,6 +67,7 @@ def create_sandbox(
     snapshot: str | None = None,
     request_id: str | None = None,
     allow: list[str] | None = None,
+    metadata: dict[str, str] | None = None,
 ) -> SandboxInfo:
     """Create a sandbox on the idlest host with room and wait until it is running.
 
@@ -80,6 +81,7 @@ def create_sandbox(
     network: True (public if the team allows it, else allowlist), False (off, the default)
     or a mode by name: "off", "allowlist", "public" (egress.py), within the team's policy.
     allow: an allowlist sandbox's own list, narrower than its team's (default: the team's).
+    metadata: labels (string keys and values, validation.metadata) lists can filter by.
     """
     arguments = {k: v for k, v in locals().items() if k not in ("principal", "request_id")}
     access.require(principal, WRITE, "create sandboxes")
@@ -101,6 +103,7 @@ def create_sandbox(
     lifetime = _lifetime(team, lifetime_minutes)
     spec_env = validation.env(env)
     sandbox_name = validation.name(name)
+    labels = validation.metadata(metadata)
     gpu_count = _gpu_count(gpus)
 
     with transaction.atomic():
@@ -127,6 +130,7 @@ def create_sandbox(
                 image=chosen_image,
                 name=sandbox_name,
                 env=spec_env,
+                metadata=labels,
                 gpus=list(chosen.gpus),
                 expires_at=timezone.now() + timedelta(minutes=lifetime),
                 status=SandboxStatus.STARTING,

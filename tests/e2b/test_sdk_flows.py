@@ -139,3 +139,24 @@ def test_paused_or_past_its_timeout_is_not_running(e2b_env) -> None:
         assert not again.is_running()  # the sweep deletes it within the minute
     finally:
         sandbox.kill()
+
+
+def test_metadata_filters_orders_and_pages(sbx, e2b_env) -> None:
+    from e2b import Sandbox, SandboxQuery
+
+    tag = {"suite": f"e2b-{sbx.sandbox_id}"}
+    made = [Sandbox.create(timeout=300, metadata={**tag, "n": str(n)}) for n in range(3)]
+    try:
+        assert made[0].get_info().metadata == {**tag, "n": "0"}
+        query = SandboxQuery(metadata=tag)
+        newest_first = [s.sandbox_id for s in Sandbox.list(query=query).next_items()]
+        assert newest_first == [s.sandbox_id for s in reversed(made)]
+        pages, paginator = [], Sandbox.list(query=query, limit=2, order="asc")
+        while paginator.has_next:
+            pages.append([s.sandbox_id for s in paginator.next_items()])
+        assert pages == [[made[0].sandbox_id, made[1].sandbox_id], [made[2].sandbox_id]]
+        one = Sandbox.list(query=SandboxQuery(metadata={**tag, "n": "1"})).next_items()
+        assert [s.sandbox_id for s in one] == [made[1].sandbox_id]
+    finally:
+        for sandbox in made:
+            sandbox.kill()

@@ -42,7 +42,18 @@ class SlowFake(FakeBackend):
     """The fake backend, plus a command `count` that prints 1, 2, 3 half a second apart."""
 
     def exec(
-        self, state, argv, *, cwd, env, timeout, output_cap, on_output=None, stdin=None, once=False
+        self,
+        state,
+        argv,
+        *,
+        cwd,
+        env,
+        timeout,
+        output_cap,
+        on_output=None,
+        stdin=None,
+        once=False,
+        marker=None,
     ):
         if argv[:2] != ["bash", "-c"] or argv[2] != "count":
             return super().exec(
@@ -55,6 +66,7 @@ class SlowFake(FakeBackend):
                 on_output=on_output,
                 stdin=stdin,
                 once=once,
+                marker=marker,
             )
         started = time.monotonic()
         for number in (1, 2, 3):
