@@ -20,9 +20,14 @@ SYSTEM_PACKAGES := docker.io debootstrap openssh-server sudo postgresql iptables
 LOCK_TOOLS := var/pip-tools
 LOCK_COMPILER ?= $(LOCK_TOOLS)/bin/pip-compile
 
+# E2B's JavaScript SDK for tests/e2b/test_sdk_js.py, exactly as its lock says (npm ci resolves
+# nothing); skipped, saying so, where there is no npm.
+E2B_JS := tests/e2b/js
+JS_STAMP := $(E2B_JS)/node_modules/.installed
+
 .PHONY: install system-packages image migrate bootstrap run test test-fast lint lock proto
 
-install: system-packages $(STAMP)
+install: system-packages $(STAMP) $(JS_STAMP)
 
 # As root, install the system packages that are missing (python3-venv too when this python3
 # cannot make a virtualenv). Otherwise only say what is missing.
@@ -47,6 +52,13 @@ system-packages:
 # `pip check` and scripts/check_lock.py then prove the lock was complete. The client
 # (editable) is built by the locked setuptools, without an isolated build environment that
 # would fetch the newest one.
+# E2B's JavaScript SDK for tests/e2b/test_sdk_js.py, exactly as its lock says (npm ci resolves
+# nothing); skipped, saying so, where there is no npm.
+$(JS_STAMP): $(E2B_JS)/package-lock.json
+	@if command -v npm >/dev/null; then \
+		npm ci --prefix $(E2B_JS) --no-audit --no-fund --loglevel=error && touch $@; \
+	else echo "no npm: E2B's JS SDK test will be skipped"; fi
+
 $(STAMP): requirements.lock client/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "installing the Python environment from requirements.lock"
