@@ -180,10 +180,6 @@ async def start(
 ) -> AsyncIterator[Message]:
     if request.HasField("pty"):
         raise ConnectError("unimplemented", "PTY processes are not supported by Sandhub yet")
-    if request.stdin:
-        raise ConnectError(
-            "unimplemented", "stdin to a running process is not supported by Sandhub yet"
-        )
     process = await asyncio.to_thread(
         processes.start, caller.principal, sandbox_id, request, processes.process_timeout()
     )
@@ -281,10 +277,40 @@ async def send_signal(caller: Caller, sandbox_id: str, request: pb.SendSignalReq
     return pb.SendSignalResponse()
 
 
+def _stdin_of(sandbox_id: str, pid: int) -> services.StdinPipe:
+    process = processes.find(pid)
+    if process is None or process.sandbox_id != sandbox_id:
+        raise ConnectError(
+            "not_found",
+            f"process with pid {pid} not found here (input goes to the web process running it)",
+        )
+    if process.stdin is None:
+        raise ConnectError("failed_precondition", f"process {pid} was started without stdin")
+    return process.stdin
+
+
+async def send_input(caller: Caller, sandbox_id: str, request: pb.SendInputRequest) -> Message:
+    pid = await _pid_of(caller, sandbox_id, request.process)
+    pipe = _stdin_of(sandbox_id, pid)
+    if request.input.WhichOneof("input") != "stdin":
+        raise ConnectError("unimplemented", "terminal (PTY) input is not supported yet")
+    try:
+        await asyncio.to_thread(pipe.write, request.input.stdin)
+    except services.StdinClosed as exc:
+        raise ConnectError("failed_precondition", f"process {pid}: {exc}") from exc
+    except TimeoutError as exc:
+        raise ConnectError("resource_exhausted", f"process {pid}: {exc}") from exc
+    return pb.SendInputResponse()
+
+
+async def close_stdin(caller: Caller, sandbox_id: str, request: pb.CloseStdinRequest) -> Message:
+    pid = await _pid_of(caller, sandbox_id, request.process)
+    _stdin_of(sandbox_id, pid).close()
+    return pb.CloseStdinResponse()
+
+
 async def not_supported(caller: Caller, sandbox_id: str, request: Any, *rest: Any) -> Message:
-    raise ConnectError(
-        "unimplemented", "stdin and terminal size of a running process are not supported yet"
-    )
+    raise ConnectError("unimplemented", "a terminal's size is not supported yet")
 
 
 _PROCESS_KEEPALIVE = pb.ProcessEvent(keepalive=pb.ProcessEvent.KeepAlive())
@@ -299,8 +325,8 @@ ROUTES: dict[tuple[str, str], tuple[type[Message], Any, bool]] = {
     ("process.Process", "Connect"): (pb.ConnectRequest, connect_process, True),
     ("process.Process", "List"): (pb.ListRequest, list_processes, False),
     ("process.Process", "SendSignal"): (pb.SendSignalRequest, send_signal, False),
-    ("process.Process", "SendInput"): (pb.SendInputRequest, not_supported, False),
-    ("process.Process", "CloseStdin"): (pb.CloseStdinRequest, not_supported, False),
+    ("process.Process", "SendInput"): (pb.SendInputRequest, send_input, False),
+    ("process.Process", "CloseStdin"): (pb.CloseStdinRequest, close_stdin, False),
     ("process.Process", "Update"): (pb.UpdateRequest, not_supported, False),
     **fsrpc.ROUTES,
 }

@@ -7,6 +7,8 @@ stream that started it and to any Connect that follows it here; they are kept in
 (bounded) until a while after it ended. The command does not depend on the stream: a client
 that disconnects leaves it running, as envd does.
 
+A process started with stdin reads what SendInput writes (a StdinPipe the registry holds,
+pumped by the sandbox agent) until CloseStdin: input goes to the web process running it.
 From another web process: SendSignal works anywhere (services.kill_command finds the command's
 processes by the marker in its row), List reads the history, and Connect to a command running
 elsewhere waits for its end and gives its recorded output then.
@@ -55,6 +57,7 @@ class Process:
     )
     started: threading.Event = field(default_factory=threading.Event)
     failure: ServiceError | None = None  # refused before it started: no pid, no events
+    stdin: services.StdinPipe | None = None  # started with stdin: SendInput writes here
 
     def publish(self, event: pb.ProcessEvent) -> None:
         """Keep the event (within KEEP_EVENTS_BYTES of output) and hand it to every follower."""
@@ -114,6 +117,8 @@ def start(
     then its only event is its end, with the refusal as error)."""
     config = request.process
     process = Process(sandbox_id, config, request.tag if request.HasField("tag") else None)
+    if request.stdin:
+        process.stdin = services.StdinPipe()
     thread = threading.Thread(
         target=with_fresh_connection,
         args=(_run, principal, process, timeout),
@@ -149,6 +154,7 @@ def _run(principal: Principal, process: Process, timeout: float | None) -> None:
             timeout=timeout,
             on_output=on_output,
             on_start=on_start,
+            stdin_pipe=process.stdin,
         )
         end = _end_of(result.status, result.exit_code, result.error_message)
     except ServiceError as exc:

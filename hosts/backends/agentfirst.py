@@ -107,7 +107,7 @@ class AgentFirstBackend(AgentUsage, AgentInteractive, SandboxBackend):
         argv = self.command_argv(state, argv)
         stdin = options.get("stdin")
         limit = self.plain.primitive.max_stdin
-        if stdin is not None and limit is not None and len(stdin) > limit:
+        if isinstance(stdin, bytes) and limit is not None and len(stdin) > limit:
             return self.plain.exec(state, argv, **options)  # which refuses it, saying why
         if not once or self.agents.running(state):
             # Every byte live, as the per-command path streams it (the callers' pumps keep

@@ -21,6 +21,7 @@ from hosts.backends.errors import (  # noqa: F401 - the interface's errors, name
     Unsupported,
 )
 from hosts.backends.interactive import InteractiveMethods, TerminalStream  # noqa: F401
+from hosts.backends.stdin import StdinClosed, StdinPipe  # noqa: F401 - exec's streamed input
 from hosts.backends.types import (  # noqa: F401 - the interface's values, named here too
     CONSUMED_BY_ONE,
     LABEL_INSTANCE,
@@ -150,7 +151,7 @@ class SandboxBackend(InteractiveMethods, abc.ABC):
         timeout: float,
         output_cap: int,
         on_output: OutputCallback | None = None,
-        stdin: bytes | None = None,
+        stdin: bytes | StdinPipe | None = None,
         once: bool = False,
         marker: str | None = None,
     ) -> ExecResult:
@@ -159,7 +160,9 @@ class SandboxBackend(InteractiveMethods, abc.ABC):
         once: the sandbox runs only this command before it goes (run_once), so a backend may
         skip set-up that pays off only over many commands (Docker: starting the agent).
         marker: the name its processes carry (letters and digits, unique), so kill_command can end
-        it from any process while it runs; a backend picks one when not given."""
+        it from any process while it runs; a backend picks one when not given.
+        stdin: its standard input, whole (bytes), or as another thread writes it (a StdinPipe,
+        until its close(); Unsupported where the backend cannot stream input)."""
 
     def kill_command(self, state: dict[str, Any], marker: str) -> None:
         """SIGKILL every process of the command started with `marker` (exec), if it still

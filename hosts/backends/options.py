@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Required, TypedDict
 
 from hosts.backends.base import OutputCallback
+from hosts.backends.stdin import StdinPipe
 
 __all__ = ["CommandOptions", "JobOptions"]
 
@@ -17,7 +18,7 @@ class CommandOptions(TypedDict, total=False):
     timeout: Required[float]
     output_cap: Required[int]
     on_output: OutputCallback | None
-    stdin: bytes | None
+    stdin: bytes | StdinPipe | None
     marker: str | None
 
 

@@ -17,6 +17,7 @@ below it (import-linter checks it).
 """
 
 from hosts.backends.base import PortStream  # the proxy's stream type, without the backends
+from hosts.backends.stdin import StdinClosed, StdinPipe  # run_command's input as it comes
 from sandboxes.services.access_links import (
     DEFAULT_TOKEN_SECONDS,
     VIEWER_TOKEN_SECONDS,
@@ -148,6 +149,8 @@ from sandboxes.services.usage import get_host_metrics, get_sandbox_metrics, samp
 from sandboxes.services.workflows import run_once, run_tests
 
 __all__ = [
+    "StdinClosed",
+    "StdinPipe",
     "kill_command",
     "DatabasePolicySource",
     "add_secret",

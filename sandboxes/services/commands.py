@@ -10,7 +10,7 @@ from typing import Any
 from django.utils import timezone
 
 from dbkit import writes
-from hosts.backends.base import BackendError, ExecResult, OutputCallback, SandboxGone
+from hosts.backends.base import BackendError, ExecResult, OutputCallback, SandboxGone, StdinPipe
 from sandboxes.contract.errors import BackendFailure, Conflict, InvalidInput, NotFound
 from sandboxes.contract.results import CommandResult
 from sandboxes.housekeeping import liveness, transitions
@@ -39,6 +39,7 @@ def run_command(
     session: str | None = None,
     stdin: str | None = None,
     on_start: Callable[[int], None] | None = None,
+    stdin_pipe: StdinPipe | None = None,
 ) -> CommandResult:
     """Run a shell command (bash -c) and wait for it; a timeout kills it in the sandbox.
 
@@ -46,8 +47,12 @@ def run_command(
     session: run it in the long-lived shell of that name (shells.py; cwd is the session's
     own then). stdin: text given to its standard input (at most shells.MAX_STDIN_BYTES).
     on_start: called with the command's history id once it is recorded and about to run (a
-    caller that must name the command while it runs: kill_command takes that id)."""
+    caller that must name the command while it runs: kill_command takes that id).
+    stdin_pipe: its input as another thread writes it (StdinPipe: write, then close for the
+    end of input); not with `stdin` or `session`, and only where the sandbox agent runs."""
     command = validation.command(command)
+    if stdin_pipe is not None and (stdin is not None or session is not None):
+        raise InvalidInput("input as it comes goes with neither stdin text nor a shell session")
     if session is not None:
         session = shells.session_name(session)
         current().details["session"] = session
@@ -64,7 +69,7 @@ def run_command(
         on_output=on_output,
         once=once,
         session=session,
-        stdin=shells.stdin_bytes(stdin),
+        stdin=stdin_pipe if stdin_pipe is not None else shells.stdin_bytes(stdin),
         on_start=on_start,
     )
 
@@ -147,7 +152,7 @@ def _execute(
     once: bool = False,
     explain: Callable[[ExecResult], ExecResult] | None = None,
     session: str | None = None,
-    stdin: bytes | None = None,
+    stdin: bytes | StdinPipe | None = None,
     on_start: Callable[[int], None] | None = None,
 ) -> CommandResult:
     """explain: adds what the result alone does not say (pip's network errors)."""
@@ -194,7 +199,7 @@ def _execute(
                 timeout=seconds,
                 output_cap=cap,
                 on_output=live,
-                stdin=stdin,
+                stdin=stdin if isinstance(stdin, bytes) else None,  # run_command refuses a pipe
             )
         else:
             result = backend_of(sandbox).exec(

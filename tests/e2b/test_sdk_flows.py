@@ -160,3 +160,20 @@ def test_metadata_filters_orders_and_pages(sbx, e2b_env) -> None:
     finally:
         for sandbox in made:
             sandbox.kill()
+
+
+def test_input_sent_to_a_running_command(sbx) -> None:
+    handle = sbx.commands.run("cat; echo end", background=True, stdin=True)
+    sbx.commands.send_stdin(handle.pid, "first\n")
+    handle.send_stdin(b"second\n")
+    handle.close_stdin()  # end of input: cat ends
+    result = handle.wait()
+    assert result.stdout == "first\nsecond\nend\n"
+    from e2b import SandboxException
+
+    with pytest.raises(SandboxException):  # started without stdin: nothing to write to
+        quiet = sbx.commands.run("sleep 5", background=True)
+        try:
+            sbx.commands.send_stdin(quiet.pid, "x")
+        finally:
+            sbx.commands.kill(quiet.pid)

@@ -41,6 +41,7 @@ from hosts.backends.agent.calls import (
 from hosts.backends.agent.ports import AgentPortStream, port_request
 from hosts.backends.agent.source import agent_source
 from hosts.backends.base import BackendError, ExecResult, FileEntry, OutputCallback, PortStream
+from hosts.backends.stdin import StdinPipe
 
 __all__ = ["AgentBroken", "AgentClient", "AgentStartFailed", "AgentUnavailable"]
 __all__ += ["AgentUnreached", "ExecCall", "NotAFile", "NothingSent", "Transport"]
@@ -144,7 +145,7 @@ class AgentClient:
         timeout: float,
         output_cap: int,
         on_output: OutputCallback | None = None,
-        stdin: bytes | None = None,
+        stdin: bytes | StdinPipe | None = None,
         kill_after: float = KILL_AFTER,
         live_limit: int | None = None,
         marker: str | None = None,
@@ -179,9 +180,23 @@ class AgentClient:
             return ExecCall(self, rid, output_cap, on_output, marker, deadline)
 
         call = self._open(body, make)
-        if stdin is not None:
+        if isinstance(stdin, StdinPipe):
+            # Input as it comes: pumped by a thread of its own, so the command runs (and its
+            # output flows) meanwhile; the caller closes the pipe when the call has ended.
+            threading.Thread(
+                target=self._pump, args=(call, stdin, deadline), daemon=True, name="agent-stdin"
+            ).start()
+        elif stdin is not None:
             self._stream(call, stdin, deadline)
         return call
+
+    def _pump(self, call: Call, pipe: StdinPipe, deadline: float) -> None:
+        try:
+            self._stream(call, pipe, deadline)
+        except AgentBroken:
+            pass  # the call fails with it, and says why
+        finally:
+            pipe.close()  # a writer after the end is told so
 
     def exec(
         self,
@@ -192,7 +207,7 @@ class AgentClient:
         timeout: float,
         output_cap: int,
         on_output: OutputCallback | None = None,
-        stdin: bytes | None = None,
+        stdin: bytes | StdinPipe | None = None,
         kill_after: float = KILL_AFTER,
         live_limit: int | None = None,
         marker: str | None = None,
@@ -305,14 +320,15 @@ class AgentClient:
             raise
         return call
 
-    def _stream(self, call: Call, content: bytes | IO[bytes], deadline: float) -> None:
+    def _stream(self, call: Call, content: bytes | IO[bytes] | StdinPipe, deadline: float) -> None:
         """Send content on CH_STDIN within the agent's window, then EOF; stops early if the
         call ends (the agent refused, or the command ended without reading it all)."""
         for chunk in _chunks(content):
             if not call.reserve(len(chunk), deadline):
                 return
             self._send(protocol.data(call.rid, protocol.CH_STDIN, chunk))
-        self._send(protocol.frame(call.rid, protocol.EOF, bytes((protocol.CH_STDIN,))))
+        if not call.done.is_set():  # a pipe closed after the command ended: nothing to end
+            self._send(protocol.frame(call.rid, protocol.EOF, bytes((protocol.CH_STDIN,))))
 
     def cancel(self, rid: int) -> None:
         with self._lock:
@@ -399,7 +415,7 @@ class AgentClient:
             logger.debug("closing the stream of agent %s", self.label, exc_info=True)
 
 
-def _chunks(content: bytes | IO[bytes]) -> Iterator[bytes]:
+def _chunks(content: bytes | IO[bytes] | StdinPipe) -> Iterator[bytes]:
     if isinstance(content, bytes | bytearray | memoryview):
         view = memoryview(content)
         for at in range(0, len(view), protocol.CHUNK):

@@ -49,6 +49,7 @@ from hosts.backends.base import (
 )
 from hosts.backends.options import CommandOptions
 from hosts.backends.place import SandboxPlace
+from hosts.backends.stdin import StdinPipe
 
 __all__ = ["AgentLink", "AgentPlace", "AgentUnavailable", "Started"]
 
@@ -258,7 +259,12 @@ class AgentLink:
                 marker=options.get("marker"),
             )
 
-        result = self._reaching(lambda: self._exec_once(state, start))
+        try:
+            result = self._reaching(lambda: self._exec_once(state, start))
+        finally:
+            stdin = options.get("stdin")
+            if isinstance(stdin, StdinPipe):
+                stdin.close()  # the command ended: its pump stops, later writes are refused
         if result.exit_code == _CANNOT_RUN:  # no cwd, say: is the whole sandbox gone?
             self.place.after_missing(state)
         return result

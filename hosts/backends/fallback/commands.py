@@ -42,6 +42,7 @@ from hosts.backends.execscripts import (
 from hosts.backends.fallback.primitive import CouldNotStart, Deadline, PlainExec
 from hosts.backends.options import CommandOptions
 from hosts.backends.place import SandboxPlace
+from hosts.backends.stdin import StdinPipe
 
 __all__ = ["INTERNAL_TIMEOUT", "MARKER_ENV", "PlainCommands", "ScriptResult"]
 
@@ -86,6 +87,8 @@ class PlainCommands:
             raise BackendError("empty command")
         if timeout <= 0:
             raise BackendError("timeout must be positive")
+        if isinstance(stdin, StdinPipe):
+            raise Unsupported("input written while the command runs needs the sandbox agent")
         limit = self.primitive.max_stdin
         if stdin is not None and limit is not None and len(stdin) > limit:
             raise Unsupported(
