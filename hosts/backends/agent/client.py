@@ -23,9 +23,9 @@ import struct
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import partial
-from typing import IO, Any, Protocol
+from typing import IO, Any
 
 from hosts.backends.agent import calls, protocol
 from hosts.backends.agent.calls import (
@@ -40,6 +40,7 @@ from hosts.backends.agent.calls import (
 )
 from hosts.backends.agent.ports import AgentPortStream, port_request
 from hosts.backends.agent.source import agent_source
+from hosts.backends.agent.transports import Transport, input_chunks
 from hosts.backends.base import BackendError, ExecResult, FileEntry, OutputCallback, PortStream
 from hosts.backends.stdin import StdinPipe
 
@@ -55,24 +56,6 @@ KILL_AFTER = 2.0  # SIGTERM first; SIGKILL this long after (inside the sandbox)
 # may take a while (procs.SWEEP_LIMIT) and must be able to report on its own.
 CLIENT_GRACE = 12.0
 LIVE_MINIMUM = 1024 * 1024  # live output a stream (at least the cap), when a callback wants it
-
-
-class Transport(Protocol):
-    """A duplex byte stream to the agent: its stdin one way, its stdout the other."""
-
-    def recv(self) -> bytes:
-        """The next bytes the agent wrote on stdout, blocking; b"" at the end."""
-        ...
-
-    def sendall(self, data: bytes) -> None: ...
-
-    def close(self) -> None:
-        """Ends the stream (the agent sees the end of its input); unblocks recv()."""
-        ...
-
-    def said(self) -> str:
-        """The last of what the agent wrote on stderr (a traceback, an exec error), or ""."""
-        ...
 
 
 class AgentUnavailable(BackendError):
@@ -323,7 +306,7 @@ class AgentClient:
     def _stream(self, call: Call, content: bytes | IO[bytes] | StdinPipe, deadline: float) -> None:
         """Send content on CH_STDIN within the agent's window, then EOF; stops early if the
         call ends (the agent refused, or the command ended without reading it all)."""
-        for chunk in _chunks(content):
+        for chunk in input_chunks(content):
             if not call.reserve(len(chunk), deadline):
                 return
             self._send(protocol.data(call.rid, protocol.CH_STDIN, chunk))
@@ -413,13 +396,3 @@ class AgentClient:
             self._transport.close()
         except Exception:  # closing a broken stream: nothing left to save
             logger.debug("closing the stream of agent %s", self.label, exc_info=True)
-
-
-def _chunks(content: bytes | IO[bytes] | StdinPipe) -> Iterator[bytes]:
-    if isinstance(content, bytes | bytearray | memoryview):
-        view = memoryview(content)
-        for at in range(0, len(view), protocol.CHUNK):
-            yield bytes(view[at : at + protocol.CHUNK])
-        return
-    while chunk := content.read(protocol.CHUNK):
-        yield chunk

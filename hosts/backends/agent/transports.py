@@ -1,7 +1,9 @@
-"""A transport over a local child process's pipes: the agent run by this machine's python3.
+"""What an agent client speaks through (Transport), and a transport over a local child
+process's pipes: the agent run by this machine's python3.
 
-For tests and tools (no sandbox around it); the Docker transport lives with the Docker
-backend (hosts/backends/docker/agent_link.py), which is above this package.
+PipeTransport is for tests and tools (no sandbox around it); the Docker transport lives with
+the Docker backend (hosts/backends/docker/agent_link.py), the SSH one with the SSH backend,
+both above this package.
 """
 
 from __future__ import annotations
@@ -11,8 +13,40 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
+from typing import IO, Protocol
 
 from hosts.backends.agent import protocol
+from hosts.backends.stdin import StdinPipe
+
+
+class Transport(Protocol):
+    """A duplex byte stream to the agent: its stdin one way, its stdout the other."""
+
+    def recv(self) -> bytes:
+        """The next bytes the agent wrote on stdout, blocking; b"" at the end."""
+        ...
+
+    def sendall(self, data: bytes) -> None: ...
+
+    def close(self) -> None:
+        """Ends the stream (the agent sees the end of its input); unblocks recv()."""
+        ...
+
+    def said(self) -> str:
+        """The last of what the agent wrote on stderr (a traceback, an exec error), or ""."""
+        ...
+
+
+def input_chunks(content: bytes | IO[bytes] | StdinPipe) -> Iterator[bytes]:
+    """A command's input in pieces of at most one frame: bytes cut, a file or pipe read."""
+    if isinstance(content, bytes | bytearray | memoryview):
+        view = memoryview(content)
+        for at in range(0, len(view), protocol.CHUNK):
+            yield bytes(view[at : at + protocol.CHUNK])
+        return
+    while chunk := content.read(protocol.CHUNK):
+        yield chunk
 
 
 class PipeTransport:
